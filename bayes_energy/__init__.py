@@ -1,0 +1,39 @@
+"""bayes_energy: posterior distributions of Transformer fine-tuning energy and time.
+
+The data flow, one module family per stage::
+
+    runner (measure) -> sweep table -> model spec -> posterior -> predict / plan -> report
+
+Importing the package is light: it needs neither torch nor PyMC. The heavy
+stages are imported on first use.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("bayes_energy")
+except PackageNotFoundError:  # running from a source tree without install
+    __version__ = "0.1.0"
+
+#: The one default central-interval probability used across the package.
+DEFAULT_PROB = 0.9
+
+_LAZY = {
+    "predict": ("bayes_energy.predict", "predict"),
+    "plan": ("bayes_energy.plan", "plan"),
+    "load_sweep": ("bayes_energy.datasets", "load_sweep"),
+    "load_mayaki2026": ("bayes_energy.datasets", "load_mayaki2026"),
+    "validate": ("bayes_energy.schema", "validate"),
+}
+
+__all__ = ["__version__", "DEFAULT_PROB", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        return getattr(import_module(module), attr)
+    raise AttributeError(f"module 'bayes_energy' has no attribute {name!r}")
