@@ -1,0 +1,76 @@
+r"""The energy law and its companions, written once for PyTensor and numpy.
+
+Every function takes a parameter mapping ``P`` and design arrays ``A`` (see
+:meth:`bayes_energy.models.spec.ModelSpec.arrays`) plus the math module ``m``
+(``numpy`` or ``pytensor.tensor``). In the PyMC model ``P`` holds random
+variables; in :mod:`bayes_energy.predict` it holds posterior draws with a
+leading sample axis. The ``cell`` axis (hardware x family) is always second
+to last and the ``strategy`` and ``group`` axes last, so the same indexing
+serves both.
+
+Energy (centred log joules) of run :math:`r` in cell :math:`c`, strategy
+:math:`s`, configuration family :math:`g`:
+
+.. math::
+
+    \mu^E_r = \sum_k \beta_{ck}\, x_{rk} + \Psi_s + \Psi^{cell}_{cs} + u_g
+
+where :math:`x_r` holds 1, :math:`\ln C`, :math:`\ln M`, :math:`\ln\eta_h`
+(and, in the hierarchical model, :math:`\ln` tokens, sequence length, batch,
+devices), all centred. Time uses the same form with its own parameters.
+"""
+
+from __future__ import annotations
+
+from .curves import log_eta as curve_log_eta
+from .spec import LAW_FEATURES
+
+__all__ = ["block_mean", "curve_theta", "curve_log_eta", "ETA_COLUMN"]
+
+#: Column of ``log_eta`` in the design matrix ``X`` (after the intercept).
+ETA_COLUMN = 1 + LAW_FEATURES.index("log_eta")
+
+
+def block_mean(P, b, A, log_eta, m):
+    """Mean of block ``b`` (``"E"`` energy or ``"T"`` time) for each run.
+
+    Parameters
+    ----------
+    P : mapping
+        ``{b}_beta`` (cell, coef), ``{b}_psi`` (strategy), optionally
+        ``{b}_psi_cell`` (cell, strategy) and ``{b}_u`` (group).
+    b : str
+        Block prefix.
+    A : mapping
+        Design arrays (``X``, ``cell_idx``, ``strategy_idx``, ``group_idx``).
+    log_eta : array
+        Log efficiency to use for each run (observed, or drawn from the
+        speedup curves before the run).
+    m : module
+        ``numpy`` or ``pytensor.tensor``.
+    """
+    coef = m.take(P[f"{b}_beta"], A["cell_idx"], axis=-2)
+    X = A["X"]
+    mu = m.sum(coef * X, axis=-1) + coef[..., ETA_COLUMN] * (log_eta - X[:, ETA_COLUMN])
+    mu = mu + m.take(P[f"{b}_psi"], A["strategy_idx"], axis=-1)
+    if f"{b}_psi_cell" in P:
+        psi = P[f"{b}_psi_cell"]
+        n_strat = psi.shape[-1]
+        flat = m.reshape(psi, (-1,)) if psi.ndim == 2 else m.reshape(psi, (psi.shape[0], -1))
+        mu = mu + m.take(flat, A["cell_idx"] * n_strat + A["strategy_idx"], axis=-1)
+    if f"{b}_u" in P and "group_idx" in A:
+        mu = mu + m.take(P[f"{b}_u"], A["group_idx"], axis=-1)
+    return mu
+
+
+def curve_theta(P, A, m):
+    """Row-wise speedup-curve parameters, shape (..., run, 4).
+
+    :math:`\\theta_{rp} = \\theta^{cell}_{cp} + z_r^\\top \\beta_p` with
+    :math:`z_r` the standardised curve covariates.
+    """
+    theta = m.take(P["curve_cell"], A["cell_idx"], axis=-2)
+    if "curve_beta" in P:
+        # (run, curve_coef, 1) * (..., 1, curve_coef, curve_param) summed over curve_coef
+        theta = theta + m.sum(A["Z"][:, :, None] * P["curve_beta"][..., None, :, :], axis=-2)
+    return theta

@@ -1,0 +1,169 @@
+"""Fit a Bayesian energy model: spec -> build -> sample, with provenance.
+
+The returned :class:`arviz.InferenceData` holds ``posterior``,
+``sample_stats``, ``log_likelihood``, ``posterior_predictive``,
+``observed_data``, ``constant_data`` and a ``training_table`` group, and its
+``posterior.attrs`` carry the model name, the config as JSON, the package
+version and a hash of the training table, so :func:`bayes_energy.models.io.load`
+can rebuild the model from the file alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+
+import arviz as az
+import numpy as np
+import pandas as pd
+import pymc as pm
+import xarray as xr
+
+from .. import __version__
+from ..schema import REQUIRED
+from . import default_config
+from .build import build_model
+from .spec import ModelSpec
+
+__all__ = ["fit", "sample_model", "table_hash", "SAMPLERS", "attach_provenance"]
+
+#: Samplers: ``nutpie`` (default, numba-compiled NUTS), ``pymc`` (PyMC's NUTS
+#: on the C backend) and ``numba`` (PyMC's NUTS on the numba backend).
+SAMPLERS = ("nutpie", "pymc", "numba")
+#: Per-row deterministics left out of saved posteriors (they are recomputed).
+DROP_VARS = ("log_eta_curve",)
+
+
+def table_hash(df: pd.DataFrame) -> str:
+    """SHA-256 of the schema columns of a training table (order-sensitive)."""
+    cols = [c for c in REQUIRED if c in df.columns]
+    text = df[cols].to_csv(index=False, float_format="%.10g")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = 1000, tune: int = 1000,
+                 chains: int = 4, seed: int | None = None, progress: bool = True,
+                 compiled=None) -> az.InferenceData:
+    """Draw from the posterior of a built model.
+
+    Parameters
+    ----------
+    model : pymc.Model
+    sampler : {"nutpie", "pymc", "numba"}
+    draws, tune, chains : int
+    seed : int, optional
+    progress : bool
+        Show the sampler's progress bar.
+    compiled : nutpie compiled model, optional
+        Reuse a compiled model (e.g. ``compiled.with_data(...)``) instead of
+        compiling ``model`` again.
+
+    Returns
+    -------
+    arviz.InferenceData
+        Posterior and sample stats (without log-likelihood or predictive).
+    """
+    if sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
+    if sampler == "nutpie":
+        import nutpie
+
+        if compiled is None:
+            compiled = nutpie.compile_pymc_model(model, var_names=_kept_vars(model))
+        # the log proxies are strongly collinear inside a cell (ln C, ln M, tokens all
+        # follow model size): a low-rank-modified mass matrix adapts to that and cut
+        # leapfrog steps per draw by ~3x in benchmarks/bench_samplers.py
+        idata = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, seed=seed,
+                              progress_bar=progress, cores=min(chains, 2), low_rank_modified_mass_matrix=True)
+        return idata
+    kwargs = {"compile_kwargs": {"mode": "NUMBA"}} if sampler == "numba" else {}
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=min(chains, 2), random_seed=seed,
+                          progressbar=progress, var_names=_kept_vars(model), **kwargs)
+    return idata
+
+
+def _kept_vars(model: pm.Model) -> list[str]:
+    return [v.name for v in model.free_RVs + model.deterministics if v.name not in DROP_VARS]
+
+
+def attach_provenance(idata: az.InferenceData, spec: ModelSpec, df: pd.DataFrame) -> az.InferenceData:
+    """Write model name, config, version, table hash and the table itself into ``idata``."""
+    attrs = {
+        "bayes_energy_model": spec.name,
+        "bayes_energy_config": json.dumps(spec.config),
+        "bayes_energy_version": __version__,
+        "training_table_sha256": table_hash(df),
+        "inference_library": "pymc",
+        "inference_library_version": pm.__version__,
+    }
+    for group in idata.groups():
+        idata[group].attrs.update({"created_by": f"bayes_energy {__version__}"})
+    idata.posterior.attrs.update(attrs)
+    table = df.reset_index(drop=True).copy()
+    for col in table.columns:
+        if table[col].dtype == object or str(table[col].dtype).startswith("string"):
+            table[col] = table[col].astype(str)
+    ds = xr.Dataset.from_dataframe(table.rename_axis("row"))
+    if "training_table" in idata.groups():
+        del idata["training_table"]
+    idata.add_groups({"training_table": ds})
+    return idata
+
+
+def fit(df: pd.DataFrame, model: str = "hierarchical", config: dict | None = None,
+        levels: dict | None = None, sampler: str = "nutpie", draws: int = 1000, tune: int = 1000,
+        chains: int = 4, seed: int | None = None, progress: bool = True,
+        predictive: bool = True) -> az.InferenceData:
+    """Fit a Bayesian model to a sweep table.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        A validated sweep table with ``efficiency``
+        (:func:`bayes_energy.datasets.load_sweep` gives one).
+    model : {"pooled", "hierarchical"}
+    config : dict, optional
+        Overrides merged into the model's default config.
+    levels : dict, optional
+        Fixed level lists (see :meth:`ModelSpec.from_table`).
+    sampler, draws, tune, chains, seed, progress
+        See :func:`sample_model`.
+    predictive : bool, default True
+        Also compute the pointwise log-likelihood and posterior predictive.
+
+    Returns
+    -------
+    arviz.InferenceData
+
+    Examples
+    --------
+    >>> from bayes_energy.simulate import simulate_sweep
+    >>> idata = fit(simulate_sweep(seed=1), model="pooled", draws=200, tune=200)  # doctest: +SKIP
+    """
+    spec = ModelSpec.from_table(df, model, default_config(model, config), levels=levels)
+    pm_model = build_model(spec, df)
+    idata = sample_model(pm_model, sampler=sampler, draws=draws, tune=tune, chains=chains, seed=seed,
+                         progress=progress)
+    if predictive:
+        add_predictive(idata, pm_model, seed=seed, progress=progress)
+    return attach_provenance(idata, spec, df)
+
+
+def add_predictive(idata: az.InferenceData, pm_model: pm.Model, seed: int | None = None,
+                   progress: bool = False) -> az.InferenceData:
+    """Add log-likelihood, posterior predictive, observed and constant data from the model."""
+    with pm_model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pm.compute_log_likelihood(idata, var_names=["log_energy", "log_time", "log_eta"], progressbar=False,
+                                  extend_inferencedata=True)
+        ppc = pm.sample_posterior_predictive(idata, var_names=["log_energy", "log_time", "log_eta"],
+                                             random_seed=seed, progressbar=progress)
+    for group in ("posterior_predictive", "observed_data", "constant_data"):
+        if group in ppc.groups():
+            if group in idata.groups():
+                del idata[group]
+            idata.add_groups({group: ppc[group]})
+    return idata

@@ -1,0 +1,213 @@
+"""Model specification: from a sweep table to named, standardised arrays.
+
+The spec stage needs no sampling (bambi's first stage). It fixes
+
+* the coordinates (``cell`` = hardware x family, ``strategy``, ``group``, ``coef``),
+* the centring constants of every log feature, taken from the training table
+  and stored in the model config so that prediction reuses them,
+* the design arrays that feed ``pm.Data`` in :mod:`bayes_energy.models.build`
+  and the numpy mirror in :mod:`bayes_energy.models.law`.
+
+Conventions: natural logs; energy in joules and time in seconds before
+logging; ``run`` is the row dimension.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..proxies import add_proxies
+from ..schema import STRATEGIES
+
+__all__ = ["ModelSpec", "LAW_FEATURES", "EXTRA_FEATURES", "CURVE_FEATURES", "design_frame", "CURVE_OF"]
+
+#: Features of the paper's law, in order (the slopes are alpha_C, alpha_M, alpha_eta).
+LAW_FEATURES = ("log_compute", "log_memory", "log_eta")
+#: Extra features of the hierarchical model (corrections the law leaves out).
+EXTRA_FEATURES = ("log_tokens", "log_seq_len", "log_batch", "log_n_gpus")
+#: Covariates of the speedup-curve parameters (bigger models parallelise differently).
+CURVE_FEATURES = ("log_params", "log_tokens", "log_seq_len", "log_batch")
+#: Speedup curve used by each strategy: 0 none (single), 1 USL, 2 saturating exponential.
+CURVE_OF = {"single": 0, "ddp": 1, "fsdp": 1, "tp": 2}
+
+
+def _cells(df: pd.DataFrame) -> pd.Series:
+    """Hardware x family cell labels, ``"<hardware>|<family>"``."""
+    return df["hardware"].astype(str) + "|" + df["family"].astype(str)
+
+
+def design_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Log features of a sweep (or candidate) table, uncentred.
+
+    ``log_eta`` is the observed log efficiency (NaN where unknown, 0 for
+    single-device runs).
+    """
+    p = add_proxies(df)
+    out = pd.DataFrame(index=df.index)
+    out["log_compute"] = np.log(p["compute"].to_numpy(float))
+    out["log_memory"] = np.log(p["memory"].to_numpy(float))
+    out["log_params"] = np.log(p["params"].to_numpy(float))
+    out["log_tokens"] = np.log(df["tokens"].to_numpy(float))
+    out["log_seq_len"] = np.log(df["seq_len"].to_numpy(float))
+    out["log_batch"] = np.log((df["batch_size"] * df["grad_accum"]).to_numpy(float))
+    out["log_n_gpus"] = np.log(df["n_gpus"].to_numpy(float))
+    if "efficiency" in df.columns:
+        eta = df["efficiency"].to_numpy(float)
+    else:
+        eta = np.full(len(df), np.nan)
+    eta = np.where(df["strategy"].to_numpy() == "single", 1.0, eta)
+    out["log_eta"] = np.log(eta)
+    return out
+
+
+@dataclass
+class ModelSpec:
+    """Coordinates, centring constants and design arrays of one model.
+
+    Build it with :meth:`from_table`; :meth:`arrays` turns any table (training
+    or candidates) into the arrays the model and the numpy law use.
+
+    Attributes
+    ----------
+    name : str
+        ``pooled`` or ``hierarchical``.
+    config : dict
+        JSON-serialisable model config (priors, switches, centring constants,
+        levels). It is saved with the posterior.
+    """
+
+    name: str
+    config: dict[str, Any]
+    coords: dict[str, list] = field(default_factory=dict)
+
+    @classmethod
+    def from_table(cls, df: pd.DataFrame, name: str, config: dict[str, Any], levels: dict[str, list] | None = None) -> ModelSpec:
+        """Make a spec from a training table.
+
+        Parameters
+        ----------
+        df : pandas.DataFrame
+            Validated sweep table with ``efficiency`` (see
+            :func:`bayes_energy.schema.add_efficiency`).
+        name : str
+            Model name.
+        config : dict
+            Model config (see :mod:`bayes_energy.models.pooled` and
+            :mod:`bayes_energy.models.hierarchical`).
+        levels : dict, optional
+            Fixed level lists for ``hardware``, ``family``, ``strategy`` and
+            ``group``, e.g. those of a full table when refitting on folds
+            of it with one compiled model.
+        """
+        levels = dict(levels or {})
+        x = design_frame(df)
+        have = [s for s in STRATEGIES if s in set(df["strategy"])]
+        cfg = json.loads(json.dumps(config))
+        cfg["levels"] = {
+            "hardware": levels.get("hardware") or sorted(df["hardware"].unique().tolist()),
+            "family": levels.get("family") or sorted(df["family"].unique().tolist()),
+            "strategy": levels.get("strategy") or (["single"] + [s for s in have if s != "single"]),
+            "cell": levels.get("cell") or sorted(_cells(df).unique().tolist()),
+            "group": levels.get("group") or (sorted(df["group"].astype(str).unique().tolist()) if "group" in df.columns else []),
+        }
+        if "single" not in cfg["levels"]["strategy"]:
+            cfg["levels"]["strategy"] = ["single"] + cfg["levels"]["strategy"]
+        feats = set(LAW_FEATURES) | set(EXTRA_FEATURES) | set(CURVE_FEATURES)
+        cfg["centre"] = {f: float(np.nanmean(x[f])) for f in sorted(feats) if f != "log_eta"}
+        cfg["centre"]["log_eta"] = 0.0
+        cfg["scale"] = {f: float(np.nanstd(x[f]) or 1.0) for f in CURVE_FEATURES}
+        y = np.log(df["energy_j"].to_numpy(float))
+        t = np.log(df["time_s"].to_numpy(float))
+        cfg["centre"]["log_energy"] = float(np.mean(y))
+        cfg["centre"]["log_time"] = float(np.mean(t))
+        spec = cls(name=name, config=cfg)
+        spec.coords = spec._coords()
+        return spec
+
+    # ------------------------------------------------------------------ coords
+    @property
+    def energy_features(self) -> list[str]:
+        """Features of the energy and time blocks (intercept first)."""
+        extra = list(EXTRA_FEATURES) if self.config.get("extra_features", False) else []
+        return ["intercept", *LAW_FEATURES, *extra]
+
+    @property
+    def strategies(self) -> list[str]:
+        return list(self.config["levels"]["strategy"])
+
+    def _coords(self) -> dict[str, list]:
+        lv = self.config["levels"]
+        curve_strats = [s for s in self.strategies if s != "single"]
+        coords = {
+            "hardware": list(lv["hardware"]),
+            "family": list(lv["family"]),
+            "cell": list(lv["cell"]),
+            "strategy": list(self.strategies),
+            "strategy_multi": curve_strats,
+            "coef": self.energy_features,
+            "curve_coef": list(CURVE_FEATURES),
+            "curve_param": ["usl_sigma", "usl_kappa", "tp_gain", "tp_rate"],
+            "curve_main": ["usl_sigma", "tp_gain"],
+        }
+        if self.config.get("group_effects", False):
+            coords["group"] = list(lv["group"])
+        return coords
+
+    # ------------------------------------------------------------------ arrays
+    def index_of(self, dim: str, values: pd.Series, allow_new: bool = False) -> np.ndarray:
+        """Integer codes of ``values`` in the level list of ``dim``.
+
+        Unknown values get codes past the end (``len(levels) + k``) when
+        ``allow_new`` is true, so that the caller can draw them from the
+        population; otherwise a ValueError names them.
+        """
+        levels = list(self.config["levels"][dim])
+        lookup = {v: i for i, v in enumerate(levels)}
+        vals = values.astype(str).to_numpy()
+        new = sorted({v for v in vals if v not in lookup})
+        if new and not allow_new:
+            raise ValueError(f"unknown {dim} level(s) {', '.join(new)}; the model knows {', '.join(levels)}")
+        for k, v in enumerate(new):
+            lookup[v] = len(levels) + k
+        return np.array([lookup[v] for v in vals], dtype="int64")
+
+    def arrays(self, df: pd.DataFrame, allow_new: bool = False) -> dict[str, np.ndarray]:
+        """Design arrays for a table (training rows or candidates).
+
+        Returns a dict with ``X`` (run, coef), ``Z`` (run, curve_coef), the
+        integer indexes, the device count, the curve type, the observed log
+        efficiency (NaN where unknown) and, where the table has outcomes,
+        ``log_energy`` and ``log_time`` (centred).
+        """
+        x = design_frame(df)
+        c = self.config["centre"]
+        s = self.config["scale"]
+        X = np.column_stack(
+            [np.ones(len(df))] + [x[f].to_numpy() - c[f] for f in self.energy_features[1:]]
+        )
+        X = np.nan_to_num(X, nan=0.0)  # unknown efficiency: the law takes it from the curves
+        Z = np.column_stack([(x[f].to_numpy() - c[f]) / s[f] for f in CURVE_FEATURES])
+        strat = df["strategy"].astype(str)
+        out: dict[str, np.ndarray] = {
+            "X": X,
+            "Z": Z,
+            "cell_idx": self.index_of("cell", _cells(df), allow_new),
+            "strategy_idx": self.index_of("strategy", strat),
+            "n_gpus": df["n_gpus"].to_numpy(float),
+            "curve": strat.map(CURVE_OF).to_numpy("int64"),
+            "log_eta_obs": x["log_eta"].to_numpy(),
+        }
+        if self.config.get("group_effects", False):
+            if "group" in df.columns:
+                out["group_idx"] = self.index_of("group", df["group"], allow_new=True)
+            else:
+                out["group_idx"] = np.full(len(df), len(self.config["levels"]["group"]), dtype="int64")
+        if "energy_j" in df.columns and "time_s" in df.columns:
+            out["log_energy"] = np.log(df["energy_j"].to_numpy(float)) - c["log_energy"]
+            out["log_time"] = np.log(df["time_s"].to_numpy(float)) - c["log_time"]
+        return out
