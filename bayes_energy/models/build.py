@@ -32,6 +32,7 @@ def model_data(spec: ModelSpec, df: pd.DataFrame) -> dict[str, np.ndarray]:
         "X": A["X"],
         "Z": A["Z"],
         "cell_idx": A["cell_idx"],
+        "cell_onehot": A["cell_onehot"],
         "strategy_idx": A["strategy_idx"],
         "n_gpus": A["n_gpus"],
         "curve": A["curve"],
@@ -50,6 +51,7 @@ def _dims(name: str) -> tuple[str, ...]:
     return {
         "X": ("run", "coef"),
         "Z": ("run", "curve_coef"),
+        "cell_onehot": ("run", "cell"),
         "curve_rows": ("curve_run",),
         "log_eta_curve_obs": ("curve_run",),
     }.get(name, ("run",))

@@ -42,16 +42,23 @@ def block_mean(P, b, A, log_eta, m):
     b : str
         Block prefix.
     A : mapping
-        Design arrays (``X``, ``cell_idx``, ``strategy_idx``, ``group_idx``).
+        Design arrays (``X``, ``cell_onehot``, ``cell_idx``, ``strategy_idx``,
+        ``group_idx``).
     log_eta : array
         Log efficiency to use for each run (observed, or drawn from the
         speedup curves before the run).
     m : module
         ``numpy`` or ``pytensor.tensor``.
     """
-    coef = m.take(P[f"{b}_beta"], A["cell_idx"], axis=-2)
+    beta = P[f"{b}_beta"]
     X = A["X"]
-    mu = m.sum(coef * X, axis=-1) + coef[..., ETA_COLUMN] * (log_eta - X[:, ETA_COLUMN])
+    onehot = A["cell_onehot"]  # (run, cell)
+    # X @ beta^T gives every run's mean under every cell; the one-hot picks its own
+    # (a few cells only, so this is cheaper than gathering a (sample, run, coef) array)
+    per_cell = m.matmul(X, m.swapaxes(beta, -1, -2))
+    mu = m.sum(per_cell * onehot, axis=-1)
+    slope_eta = m.matmul(beta[..., ETA_COLUMN], m.swapaxes(onehot, -1, -2))
+    mu = mu + slope_eta * (log_eta - X[:, ETA_COLUMN])
     mu = mu + m.take(P[f"{b}_psi"], A["strategy_idx"], axis=-1)
     if f"{b}_psi_cell" in P:
         psi = P[f"{b}_psi_cell"]
@@ -69,8 +76,7 @@ def curve_theta(P, A, m):
     :math:`\\theta_{rp} = \\theta^{cell}_{cp} + z_r^\\top \\beta_p` with
     :math:`z_r` the standardised curve covariates.
     """
-    theta = m.take(P["curve_cell"], A["cell_idx"], axis=-2)
+    theta = m.matmul(A["cell_onehot"], P["curve_cell"])
     if "curve_beta" in P:
-        # (run, curve_coef, 1) * (..., 1, curve_coef, curve_param) summed over curve_coef
-        theta = theta + m.sum(A["Z"][:, :, None] * P["curve_beta"][..., None, :, :], axis=-2)
+        theta = theta + m.matmul(A["Z"], P["curve_beta"])
     return theta

@@ -193,10 +193,13 @@ class ModelSpec:
         X = np.nan_to_num(X, nan=0.0)  # unknown efficiency: the law takes it from the curves
         Z = np.column_stack([(x[f].to_numpy() - c[f]) / s[f] for f in CURVE_FEATURES])
         strat = df["strategy"].astype(str)
+        cell_idx = self.index_of("cell", _cells(df), allow_new)
+        n_cells = len(self.config["levels"]["cell"])
         out: dict[str, np.ndarray] = {
             "X": X,
             "Z": Z,
-            "cell_idx": self.index_of("cell", _cells(df), allow_new),
+            "cell_idx": cell_idx,
+            "cell_onehot": np.eye(max(n_cells, int(cell_idx.max(initial=-1)) + 1))[cell_idx],
             "strategy_idx": self.index_of("strategy", strat),
             "n_gpus": df["n_gpus"].to_numpy(float),
             "curve": strat.map(CURVE_OF).to_numpy("int64"),

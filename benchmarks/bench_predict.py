@@ -1,0 +1,82 @@
+"""Speed of posterior-predictive intervals: candidates x draws -> intervals, on this machine.
+
+    python benchmarks/bench_predict.py --posterior fits/mayaki2026/posterior.nc [--candidates 10000 --draws 4000]
+
+The posterior's draws are tiled (repeated) up to ``--draws`` when it holds
+fewer: the arithmetic is the same as for a 4 x 1000-draw fit. Candidates are
+random workloads around the training table (BERT/GPT sizes, 1-8 devices, all
+strategies the model knows). Reports the best of ``--repeat`` runs of
+``predict()`` (draws + mean/median/interval summaries for energy and time).
+Writes benchmarks/results/predict_speed.csv and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from bayes_energy.models.io import load, load_spec, training_table
+from bayes_energy.predict import predict
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tables import write_table  # noqa: E402
+
+
+def tile_draws(idata, n: int):
+    post = idata.posterior
+    have = post.sizes["chain"] * post.sizes["draw"]
+    if have >= n:
+        return idata
+    reps = int(np.ceil(n / have))
+    stacked = post.stack(sample=("chain", "draw"))
+    big = xr.concat([stacked] * reps, dim="sample").isel(sample=slice(0, n))
+    big = big.drop_vars(["chain", "draw", "sample"]).assign_coords(sample=np.arange(n))
+    big = big.rename({"sample": "draw"}).expand_dims(chain=[0]).transpose("chain", "draw", ...)
+    big.attrs = post.attrs
+    idata = idata.copy()
+    idata.posterior = big
+    return idata
+
+
+def candidates(table: pd.DataFrame, strategies: list[str], n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    base = table.sample(n, replace=True, random_state=seed).reset_index(drop=True)
+    strat = rng.choice([s for s in strategies if s != "single"], n)
+    n_gpus = rng.choice([1, 2, 3, 4, 6, 8], n)
+    base["strategy"] = np.where(n_gpus == 1, "single", strat)
+    base["n_gpus"] = n_gpus
+    return base.drop(columns=["energy_j", "time_s", "speedup", "efficiency", "group"], errors="ignore")
+
+
+def main() -> None:
+    warnings.filterwarnings("ignore")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--posterior", required=True)
+    p.add_argument("--candidates", type=int, default=10_000)
+    p.add_argument("--draws", type=int, default=4000)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args()
+    idata = tile_draws(load(args.posterior), args.draws)
+    spec = load_spec(idata)
+    cands = candidates(training_table(idata), spec.strategies, args.candidates)
+    times = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        out = predict(idata, cands, prob=0.9, seed=1)
+        times.append(time.perf_counter() - t0)
+    assert len(out) == args.candidates and out["energy_kwh_hi"].gt(out["energy_kwh_lo"]).all()
+    row = {"candidates": args.candidates, "draws": args.draws, "best_s": min(times), "median_s": float(np.median(times)),
+           "target_s": 1.0, "met": min(times) <= 1.0}
+    print(pd.DataFrame([row]).to_string(index=False))
+    write_table(pd.DataFrame([row]), "predict_speed", "predict(): candidates x draws to intervals, 2 cores")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Model specification, the shared law, priors and the OLS law (no MCMC here)."""
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+
+from bayes_energy.datasets import load_mayaki2026
+from bayes_energy.models import default_config
+from bayes_energy.models.build import build_model, model_data
+from bayes_energy.models.law import block_mean, curve_log_eta, curve_theta
+from bayes_energy.models.ols import fit_ols
+from bayes_energy.models.spec import ModelSpec
+from tests._data import mayaki_path
+
+
+@pytest.fixture(scope="module")
+def table():
+    return load_mayaki2026(mayaki_path())
+
+
+@pytest.fixture(scope="module")
+def spec(table):
+    return ModelSpec.from_table(table, "hierarchical", default_config("hierarchical"))
+
+
+def test_spec_coords_and_centring(spec, table):
+    assert spec.coords["strategy"][0] == "single"
+    assert len(spec.coords["cell"]) == 3  # A100|gpt, 2080Ti|bert, 2080Ti|gpt
+    assert spec.coords["coef"][:4] == ["intercept", "log_compute", "log_memory", "log_eta"]
+    A = spec.arrays(table)
+    np.testing.assert_allclose(A["X"][:, 1:3].mean(axis=0), 0.0, atol=1e-9)  # centred
+    assert abs(A["log_energy"].mean()) < 1e-9
+
+
+def test_unknown_levels_are_refused_unless_allowed(spec, table):
+    new = table.head(2).assign(hardware="NVIDIA H100")
+    with pytest.raises(ValueError, match="unknown cell level"):
+        spec.arrays(new)
+    A = spec.arrays(new, allow_new=True)
+    assert (A["cell_idx"] >= len(spec.coords["cell"])).all()
+
+
+def test_numpy_and_pytensor_law_agree(spec, table):
+    """The posterior-predictive path (numpy) computes what the model (PyTensor) does."""
+    rng = np.random.default_rng(0)
+    A = spec.arrays(table)
+    ncell, ncoef, nstrat = len(spec.coords["cell"]), len(spec.coords["coef"]), len(spec.coords["strategy"])
+    P = {
+        "E_beta": rng.normal(size=(ncell, ncoef)) * 0.3,
+        "E_psi": rng.normal(size=nstrat),
+        "E_psi_cell": rng.normal(size=(ncell, nstrat)) * 0.1,
+        "curve_cell": rng.normal(size=(ncell, 4)) * 0.5,
+        "curve_beta": rng.normal(size=(len(spec.coords["curve_coef"]), 4)) * 0.2,
+    }
+    eta_np = curve_log_eta(A["n_gpus"], A["curve"], curve_theta(P, A, np), np)
+    mu_np = block_mean(P, "E", A, eta_np, np)
+    Pt = {k: pt.constant(v) for k, v in P.items()}
+    At = {k: pt.constant(v) for k, v in A.items() if isinstance(v, np.ndarray)}
+    eta_pt = curve_log_eta(At["n_gpus"], At["curve"], curve_theta(Pt, At, pt), pt)
+    mu_pt = block_mean(Pt, "E", At, eta_pt, pt)
+    np.testing.assert_allclose(eta_pt.eval(), eta_np, rtol=1e-10)
+    np.testing.assert_allclose(mu_pt.eval(), mu_np, rtol=1e-10)
+    # with a leading sample axis, numpy gives the same per-sample answer
+    P2 = {k: np.stack([v, v]) for k, v in P.items()}
+    mu2 = block_mean(P2, "E", A, np.stack([eta_np, eta_np]), np)
+    np.testing.assert_allclose(mu2[1], mu_np)
+
+
+def test_speedup_curves_shape():
+    from bayes_energy.models.curves import saturating_log_eta, usl_log_eta
+
+    n = np.array([1.0, 2.0, 4.0, 8.0])
+    eta = np.exp(usl_log_eta(n, np.log(0.1), np.log(1e-3), np))
+    assert eta[0] == 1.0 and np.all(np.diff(eta) < 0)  # contention lowers efficiency
+    s = n * np.exp(saturating_log_eta(n, np.log(3.0), np.log(0.5), np))
+    assert s[0] == 1.0 and np.all(np.diff(s) > 0) and s[-1] < 3.0  # saturates below S_inf
+    s_slow = n * np.exp(saturating_log_eta(n, np.log(0.5), 0.0, np))
+    assert np.all(s_slow[1:] < 1.0)  # TP over a slow link: slower than one device
+
+
+def test_prior_predictive_is_weakly_informative(table):
+    """Priors put the data inside the prior predictive without allowing absurd energies."""
+    spec = ModelSpec.from_table(table, "pooled", default_config("pooled"))
+    model = build_model(spec, table)
+    with model:
+        prior = pm.sample_prior_predictive(draws=300, random_seed=1)
+    y = prior.prior_predictive["log_energy"].to_numpy().ravel()
+    obs = model_data(spec, table)["log_energy_obs"]
+    lo, hi = np.quantile(y, [0.05, 0.95])
+    assert lo < obs.min() and hi > obs.max()  # the data are plausible a priori
+    assert hi - lo < 40  # but not e^40-fold spreads: ln-energy within about +-20 of the centre
+    alpha_eta = prior.prior["E_mu"].sel(coef="log_eta").to_numpy()
+    assert np.mean(alpha_eta < 0) > 0.9  # efficiency lowers energy, as in the paper
+
+
+def test_ols_reproduces_published_coefficients(table):
+    """On the public rows the OLS law lands next to the authors' cluster-robust fit (693 rows)."""
+    pooled = fit_ols(table[table["strategy"] != "tp"])
+    assert pooled.coef["log_eta"] == pytest.approx(-0.906, abs=0.03)
+    assert pooled.coef["strategy[fsdp]"] == pytest.approx(-0.355, abs=0.03)
+    assert pooled.coef["log_memory"] == pytest.approx(0.428, abs=0.05)
+    bert = fit_ols(table[table["family"] == "bert"])
+    assert bert.coef["log_eta"] == pytest.approx(-1.123, abs=0.05)
+    assert bert.coef["strategy[tp]"] == pytest.approx(-0.571, abs=0.05)
+    assert 0.85 < pooled.adj_r2 < 0.97
+
+
+def test_ols_pre_run_needs_no_efficiency(table):
+    gpt = table[table["family"] == "gpt"]
+    fit = fit_ols(gpt)
+    pre = fit.predict(gpt.drop(columns=["efficiency", "speedup"]), post_run=False)
+    post = fit.predict(gpt)
+    y = np.log(gpt["energy_j"].to_numpy())
+    assert np.corrcoef(pre, y)[0, 1] > 0.8
+    assert np.mean((post - y) ** 2) < np.mean((pre - y) ** 2)  # knowing eta helps
