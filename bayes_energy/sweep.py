@@ -226,7 +226,8 @@ class Node:
 
     def __init__(self, device: str = "auto", meter: str = "auto", tdp_w: float | None = None,
                  idle_fraction: float = meters.EstimateMonitor.IDLE_FRACTION,
-                 powercap_root: str = meters.POWERCAP) -> None:
+                 powercap_root: str = meters.POWERCAP, sample_period_s: float = 0.1,
+                 threads_per_proc: int = 1) -> None:
         self.gpus = meters.nvml_gpus()
         if device == "auto":
             device = "cuda" if len(self.gpus) else "cpu"
@@ -235,6 +236,8 @@ class Node:
         self.device = device
         self.tdp_w, self.idle_fraction = tdp_w, idle_fraction
         self.powercap_root = powercap_root
+        self.sample_period_s = sample_period_s
+        self.threads_per_proc = int(threads_per_proc)
         self.why_estimate = ""
         if device == "cuda":
             if meter not in ("auto", "nvml"):
@@ -277,7 +280,7 @@ class Node:
     def monitor(self):
         """A monitor over the whole node, for the idle measurement."""
         if self.meter == "nvml":
-            return meters.NVMLMonitor(self.gpus)
+            return meters.NVMLMonitor(self.gpus, sample_period_s=self.sample_period_s)
         if self.meter == "rapl":
             return meters.RAPLMonitor(root=self.powercap_root)
         return meters.EstimateMonitor(tdp_w=self.tdp_w, idle_fraction=self.idle_fraction)
@@ -327,6 +330,7 @@ def worker_command(cfg: RunConfig, result: Path, node: Node, measured_by: str, e
         "--config", json.dumps(cfg.to_dict()), "--result", str(result),
         "--device", node.device, "--meter", node.meter, "--measured-by", measured_by,
         "--idle-fraction", repr(node.idle_fraction), "--powercap-root", str(node.powercap_root),
+        "--sample-period-s", repr(node.sample_period_s), "--threads-per-proc", str(node.threads_per_proc),
     ]
     if node.tdp_w is not None:
         cmd += ["--tdp-w", repr(float(node.tdp_w))]
@@ -342,10 +346,7 @@ def worker_env(cfg: RunConfig, node: Node) -> dict[str, str]:
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
     env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA ordinals = NVML indices
-    if node.device == "cpu":
-        env.setdefault("OMP_NUM_THREADS", str(max(1, meters.logical_cores() // cfg.n_gpus)))
-    else:
-        env.setdefault("OMP_NUM_THREADS", "1")
+    env["OMP_NUM_THREADS"] = str(node.threads_per_proc if node.device == "cpu" else 1)
     return env
 
 
@@ -611,6 +612,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--meter", choices=["auto", "nvml", "rapl", "estimate"], default="auto")
     p.add_argument("--measured-by", choices=["per-rank", "node"], default="per-rank",
                    help="GPU runs: each rank measures its own device, or local rank 0 the node's")
+    p.add_argument("--sample-period-s", type=float, default=0.1,
+                   help="power sampling period for GPUs without the energy counter (default %(default)s)")
+    p.add_argument("--threads-per-proc", type=int, default=1,
+                   help="CPU runs: intra-op threads per process; one process per core is a CPU 'device' (default 1)")
     p.add_argument("--idle-s", type=float, default=3.0, help="seconds of idle measurement before the sweep")
     p.add_argument("--powercap-root", default=meters.POWERCAP, help=argparse.SUPPRESS)
     p.add_argument("--retry-failed", action="store_true", help="measure failed rows again (they are removed first)")
@@ -626,7 +631,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plan = load_plan(args.plan)
         shard_spec = parse_shard(args.shard)
-        node = Node(args.device, args.meter, args.tdp_w, args.idle_fraction, args.powercap_root)
+        node = Node(args.device, args.meter, args.tdp_w, args.idle_fraction, args.powercap_root, args.sample_period_s,
+                    args.threads_per_proc)
         summary = run_sweep(
             plan, args.out, node, shard_spec, timeout_s=args.timeout_s, measured_by=args.measured_by,
             idle_s=args.idle_s, retry_failed=args.retry_failed, dry_run=args.dry_run, log_dir=args.log_dir,

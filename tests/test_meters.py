@@ -307,3 +307,37 @@ def test_cpu_model_name_reads_cpuinfo(tmp_path):
     f = tmp_path / "cpuinfo"
     f.write_text("processor\t: 0\nmodel name\t: Fake CPU 9000 @ 3.00GHz\n")
     assert meters.cpu_model_name(f) == "Fake CPU 9000 @ 3.00GHz"
+
+
+# ----------------------------------------------------------------------- who measures under torchrun
+@pytest.mark.parametrize("local_world", [2, 4])
+def test_worker_ranks_measure_each_device_once(nv, local_world):
+    from types import SimpleNamespace
+
+    from bayes_energy.runner.worker import _make_monitor
+
+    FakeNVML(nv, [HOPPER] * local_world)
+    for mode in ("per-rank", "node"):
+        args = SimpleNamespace(meter="auto", measured_by=mode, sample_period_s=0.1)
+        measured = []
+        for rank in range(local_world):
+            mon, counts, label, _ = _make_monitor(args, True, rank, local_world, None, None)
+            assert label == mode
+            if mon is not None and counts:
+                measured += [d.nvml_index for d in mon.devices]
+        assert sorted(measured) == list(range(local_world))  # every device, once
+
+
+def test_sweep_node_on_gpus_names_hardware_and_idle_power(nv, monkeypatch):
+    from bayes_energy.runner.plan import RunConfig
+    from bayes_energy.sweep import Node
+
+    FakeNVML(nv, [HOPPER] * 4, power_w=[60.0, 70.0, 80.0, 90.0])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    node = Node()
+    assert node.device == "cuda" and node.meter == "nvml"
+    assert node.hardware(1) == "Fake GPU 2" and node.hardware(2) == "Fake GPU 2+Fake GPU 3"
+    node.measure_idle(0.15)  # the fake counters stand still: energy from the power readings
+    assert node.idle_power_w(1) == pytest.approx(80.0, rel=0.05)
+    assert node.idle_power_w(2) == pytest.approx(170.0, rel=0.05)
+    assert node.fits(RunConfig(1, 32, 2, 64, 8, 1, "ddp", 4)) == "needs 4 GPUs, 2 visible"

@@ -51,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tdp-w", type=float, default=None, help="estimate meter: full-load CPU power, W")
     p.add_argument("--idle-fraction", type=float, default=meters.EstimateMonitor.IDLE_FRACTION)
     p.add_argument("--sample-period-s", type=float, default=0.1)
+    p.add_argument("--threads-per-proc", type=int, default=1, help="CPU runs: torch intra-op threads per process")
     p.add_argument("--powercap-root", default=meters.POWERCAP)
     p.add_argument("--overhead-check", type=int, default=0, metavar="K",
                    help="also time K bare windows (no meter, no bookkeeping) against K measured ones")
@@ -119,8 +120,10 @@ def run(args: argparse.Namespace) -> dict | None:
     else:
         device = torch.device("cpu")
         backend = "gloo"
-        threads = max(1, meters.logical_cores() // local_world)
-        torch.set_num_threads(threads)
+        # One intra-op thread per process: on CPU a "device" is a core. Several threads per
+        # process slow tiny models down by 10-40x on a busy machine (each parallel region
+        # waits for a thread that another program has preempted).
+        torch.set_num_threads(args.threads_per_proc)
 
         def sync() -> None:
             return None
