@@ -32,7 +32,11 @@ repeats            int      runs aggregated into the row
 Optional columns with a fixed meaning: ``workload`` (extra key that keeps
 otherwise equal configurations apart, e.g. a task name), ``group`` (the
 configuration-family key used for grouped cross-validation), ``status``
-(``ok`` or ``failed``) and ``error`` (why a run failed).
+(``ok`` or ``failed``), ``error`` (why a run failed), ``idle_power_w`` (idle
+power measured before the sweep, recorded and never subtracted) and
+``measured_by`` (``node`` or ``per-rank``: who read the meters under
+torchrun). The runner adds provenance columns (host, device names and count,
+driver and torch versions, meter, timestamps); see ``docs/runner.md``.
 
 Derived columns (:func:`add_efficiency`): ``speedup`` is the throughput of a
 run over the throughput of the matching single-device run, and
