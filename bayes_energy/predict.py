@@ -31,7 +31,8 @@ import pandas as pd
 from . import DEFAULT_PROB
 from .datasets import KWH_TO_J
 from .models.law import block_mean, curve_log_eta, curve_theta
-from .models.spec import ModelSpec
+from .models.spec import WORKLOAD_KEY as _WORKLOAD_KEY  # noqa: F401  (used by report.py)
+from .models.spec import ModelSpec, group_keys
 from .schema import POST_RUN, SchemaError, STRATEGIES
 
 __all__ = ["predict", "predict_draws", "PRE_RUN_COLUMNS", "NewLevelWarning"]
@@ -39,8 +40,6 @@ __all__ = ["predict", "predict_draws", "PRE_RUN_COLUMNS", "NewLevelWarning"]
 #: Columns a candidate needs (``grad_accum`` defaults to 1).
 PRE_RUN_COLUMNS = ("hardware", "family", "num_layers", "hidden_size", "ff", "seq_len", "batch_size",
                    "tokens", "strategy", "n_gpus")
-#: Columns that define a configuration family for a candidate without ``group``.
-_WORKLOAD_KEY = ("hardware", "family", "num_layers", "hidden_size", "ff", "seq_len", "batch_size", "grad_accum")
 _CHUNK_ELEMENTS = 4_000_000
 _POOL = 1024
 
@@ -127,23 +126,19 @@ def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rn
 
 
 def _group_codes(spec: ModelSpec, configs: pd.DataFrame) -> np.ndarray | None:
+    """Group codes; unseen configuration families get new codes, one per family."""
     if not spec.config.get("group_effects"):
         return None
     known = {g: i for i, g in enumerate(spec.config["levels"]["group"])}
-    n = len(known)
-    if "group" in configs.columns:
-        keys = configs["group"].astype(str)
-    else:
-        keys = configs[list(_WORKLOAD_KEY)].astype(str).agg("|".join, axis=1)
-    codes, uniques = pd.factorize(keys)
+    codes, uniques = pd.factorize(group_keys(configs))
     lookup = np.array([known.get(u, -1) for u in uniques])
     new_rank = np.cumsum(lookup < 0) - 1
-    mapped = np.where(lookup >= 0, lookup, n + new_rank)
+    mapped = np.where(lookup >= 0, lookup, len(known) + new_rank)
     return mapped[codes].astype("int64")
 
 
 def predict_draws(idata, configs: pd.DataFrame, mode: str = "pre", n_draws: int | None = None,
-                  seed: int | None = None) -> dict[str, np.ndarray]:
+                  seed: int | None = None, residual: bool = True) -> dict[str, np.ndarray]:
     """Posterior-predictive draws of log energy, log time and log efficiency.
 
     Parameters
@@ -158,6 +153,10 @@ def predict_draws(idata, configs: pd.DataFrame, mode: str = "pre", n_draws: int 
     n_draws : int, optional
         Thin the posterior to this many draws.
     seed : int, optional
+    residual : bool, default True
+        Add the residual noise and the efficiency scatter (posterior-predictive
+        draws). False gives draws of the expected outcome (the posterior of the
+        mean), whose spread is the model's uncertainty alone.
 
     Returns
     -------
@@ -206,18 +205,19 @@ def predict_draws(idata, configs: pd.DataFrame, mode: str = "pre", n_draws: int 
         theta = curve_theta(P, a, np)
         log_eta = curve_log_eta(a["n_gpus"], a["curve"], theta, np)
         scatter = (a["curve"] > 0) & (a["n_gpus"] > 1)
-        if scatter.any():
+        if scatter.any() and residual:
             log_eta = log_eta + np.where(scatter, P["eta_sigma"][:, strat_multi[sl]] * noise("eta", width), 0.0)
         if eff is not None:
             known = np.isfinite(eff[sl])
             log_eta = np.where(known, np.log(np.where(known, eff[sl], 1.0)), log_eta)
         mu_E = block_mean(P, "E", a, log_eta, np)
         sig_E = P["E_sigma"][:, a["strategy_idx"]] if P["E_sigma"].ndim == 2 else P["E_sigma"][:, None]
-        eps_E = noise("E", width) * sig_E
+        eps_E = noise("E", width) * sig_E if residual else np.zeros((S, width))
         mu_T = block_mean(P, "T", a, log_eta, np) + P["T_on_E_resid"][:, None] * eps_E
         sig_T = P["T_sigma"][:, a["strategy_idx"]] if P["T_sigma"].ndim == 2 else P["T_sigma"][:, None]
         out["log_energy_j"][sl] = (mu_E + eps_E + c["log_energy"]).T
-        out["log_time_s"][sl] = (mu_T + noise("T", width) * sig_T + c["log_time"]).T
+        eps_T = noise("T", width) * sig_T if residual else 0.0
+        out["log_time_s"][sl] = (mu_T + eps_T + c["log_time"]).T
         out["log_eta"][sl] = log_eta.T
     return {k: v.T for k, v in out.items()}
 

@@ -41,6 +41,22 @@ def _cells(df: pd.DataFrame) -> pd.Series:
     return df["hardware"].astype(str) + "|" + df["family"].astype(str)
 
 
+#: Columns that define a configuration family (a workload on a device) when a table has no ``group``.
+WORKLOAD_KEY = ("hardware", "family", "num_layers", "hidden_size", "ff", "seq_len", "batch_size", "grad_accum")
+
+
+def group_keys(df: pd.DataFrame) -> pd.Series:
+    """Configuration-family label of each row: ``group`` if given, else the workload key.
+
+    Strategy and device count are not part of it, so all variants of one
+    workload share a family (and its correlated residual).
+    """
+    if "group" in df.columns:
+        return df["group"].astype(str)
+    cols = list(WORKLOAD_KEY) + (["workload"] if "workload" in df.columns else [])
+    return df[cols].astype(str).agg("|".join, axis=1)
+
+
 def design_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Log features of a sweep (or candidate) table, uncentred.
 
@@ -113,7 +129,7 @@ class ModelSpec:
             "family": levels.get("family") or sorted(df["family"].unique().tolist()),
             "strategy": levels.get("strategy") or (["single"] + [s for s in have if s != "single"]),
             "cell": levels.get("cell") or sorted(_cells(df).unique().tolist()),
-            "group": levels.get("group") or (sorted(df["group"].astype(str).unique().tolist()) if "group" in df.columns else []),
+            "group": levels.get("group") or sorted(group_keys(df).unique().tolist()),
         }
         if "single" not in cfg["levels"]["strategy"]:
             cfg["levels"]["strategy"] = ["single"] + cfg["levels"]["strategy"]
@@ -206,10 +222,7 @@ class ModelSpec:
             "log_eta_obs": x["log_eta"].to_numpy(),
         }
         if self.config.get("group_effects", False):
-            if "group" in df.columns:
-                out["group_idx"] = self.index_of("group", df["group"], allow_new=True)
-            else:
-                out["group_idx"] = np.full(len(df), len(self.config["levels"]["group"]), dtype="int64")
+            out["group_idx"] = self.index_of("group", group_keys(df), allow_new=True)
         if "energy_j" in df.columns and "time_s" in df.columns:
             out["log_energy"] = np.log(df["energy_j"].to_numpy(float)) - c["log_energy"]
             out["log_time"] = np.log(df["time_s"].to_numpy(float)) - c["log_time"]
