@@ -1,34 +1,40 @@
 r"""``hierarchical`` (the default): the law with partial pooling across hardware and family.
 
-For run :math:`r` on hardware :math:`h`, family :math:`f`, strategy :math:`s`,
-configuration family :math:`g` (centred log features :math:`x_r`: 1,
-:math:`\ln C`, :math:`\ln M`, :math:`\ln\eta_h`, :math:`\ln` tokens,
-:math:`\ln S`, :math:`\ln (B\cdot\text{accum})`, :math:`\ln N_{gpu}`):
+For run :math:`r` in cell :math:`c` (hardware x family), strategy :math:`s`
+(centred log features :math:`x_r`: 1, :math:`\ln C`, :math:`\ln M`,
+:math:`\ln\eta_h`, :math:`\ln` tokens, :math:`\ln S`,
+:math:`\ln (B\cdot\text{accum})`, :math:`\ln N_{gpu}`):
 
 .. math::
 
-    \ln E_r &\sim \mathrm{StudentT}\big(\nu, \mu_r, \sigma_{s[r]}\big), \\
-    \mu_r &= \sum_k \big(\mu_k + a^{hw}_{h k} + a^{fam}_{f k}\big)\, x_{rk}
-             + \Psi_s + \Psi^{hw}_{h s}\ [+\, u_g], \\
-    a^{hw}_{hk} &= \tau^{hw}_k z_{hk},\ a^{fam}_{fk} = \tau^{fam}_k z'_{fk},\
-    \Psi^{hw}_{hs} = \tau_\Psi z''_{hs},\ u_g = \tau_u z'''_g,\quad z \sim \mathcal N(0,1), \\
-    \ln\eta_r &\sim \mathcal N\big(\ln S(N_r;\theta_r) - \ln N_r, \sigma^\eta_{s}\big),\quad
-    \theta_{rp} = \mu^c_p + c^{hw}_{hp} + c^{fam}_{fp} + z_r^\top\beta_p .
+    \ln E_r &\sim \mathrm{StudentT}\big(\nu, \mu_r, \sigma_{s[r]}\big), \qquad
+    \mu_r = \sum_k \beta_{c k}\, x_{rk} + \Psi_s + \Psi^{cell}_{c s}, \\
+    \beta_{ck} &\sim \mathcal N(\mu_k, \tau_k^2), \qquad
+    \Psi_s + \Psi^{cell}_{cs} \sim \mathcal N(\Psi_s, \tau_\Psi^2), \qquad \Psi_{\text{single}} = 0, \\
+    \ln\eta_r &\sim \mathcal N\big(\ln S(N_r;\theta_r) - \ln N_r,\ \sigma^\eta_{s}\big), \qquad
+    \theta_{rp} = \theta^{cell}_{cp} + z_r^\top\beta^{c}_p, \qquad
+    \theta^{cell}_{cp} \sim \mathcal N(\mu^c_p, \tau_c^2).
 
-The slopes :math:`\mu_{\alpha_C}, \mu_{\alpha_M}, \mu_{\alpha_\eta}` have the
-priors of :mod:`bayes_energy.models.pooled`; the extra slopes
-:math:`\mathcal N(0, 0.5^2)`; the scales :math:`\tau` half-normal. With
-only a handful of hardware and family levels, every offset is non-centred;
-the configuration-family effect :math:`u_g` (a few rows per level) too, as
-its diagnostics showed no funnel; it is off by default (see
-``DEFAULT_CONFIG``). A new hardware type, family or configuration family
-draws its offsets from the population distribution.
+The population means :math:`\mu_{\alpha_C}, \mu_{\alpha_M}, \mu_{\alpha_\eta}`
+have the priors of :mod:`bayes_energy.models.pooled`; the extra slopes
+:math:`\mathcal N(0, 0.5^2)`. The between-cell scales :math:`\tau` are fixed
+prior constants (``priors.tau_coef``, ``tau_psi``, ``tau_curve``): with two or
+three cells they cannot be learned, and every free-scale parametrisation we
+tried funnelled (see :func:`bayes_energy.models.build._cell_effects`). Cell
+effects are centred (each cell has 100+ rows). A hardware x family cell
+never measured draws its coefficients from :math:`\mathcal N(\mu, \tau^2)`,
+so its predictions are wider.
 
 Speedup curves: USL for FSDP/DDP, saturating exponential for TP
-(:mod:`bayes_energy.models.curves`). Only multi-device rows with a measured
-single-device partner inform them; single-device rows have
-:math:`\eta = 1` by definition. Time: same form, own parameters, plus a
-regression on the energy residual.
+(:mod:`bayes_energy.models.curves`); covariates :math:`z_r` (standardised
+log parameters, tokens, sequence length, batch) move the USL contention and
+the TP ceiling. Only multi-device rows with a measured single-device partner
+inform the curves; single-device rows have :math:`\eta = 1` by definition.
+Time: the same form with its own parameters, plus a regression on the
+energy residual (correlated energy and time residuals).
+
+An optional configuration-family effect :math:`u_g \sim \mathcal N(0, \tau_u^2)`
+(non-centred) is off by default; see ``DEFAULT_CONFIG``.
 """
 
 from __future__ import annotations
