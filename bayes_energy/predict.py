@@ -41,7 +41,7 @@ __all__ = ["predict", "predict_draws", "PRE_RUN_COLUMNS", "NewLevelWarning"]
 PRE_RUN_COLUMNS = ("hardware", "family", "num_layers", "hidden_size", "ff", "seq_len", "batch_size",
                    "tokens", "strategy", "n_gpus")
 _CHUNK_ELEMENTS = 4_000_000
-_POOL = 1024
+_POOL = 4096
 
 
 class NewLevelWarning(UserWarning):
@@ -187,16 +187,18 @@ def predict_draws(idata, configs: pd.DataFrame, mode: str = "pre", n_draws: int 
     strat_multi = np.maximum(A["strategy_idx"] - 1, 0)
     # Residual noise: each draw s gets a pool of _POOL iid variates from its own
     # distribution (Student-t with nu_s, or standard normal) and every candidate
-    # picks from it at random. Each candidate's predictive draws are exactly
+    # takes one pool column. Each candidate's predictive draws are exactly
     # distributed; drawing pools instead of S x n Student-t variates is ~10x faster.
-    pools = {
-        "E": rng.standard_t(np.broadcast_to(P["E_nu"][:, None], (S, _POOL))),
-        "T": rng.standard_t(np.broadcast_to(P["T_nu"][:, None], (S, _POOL))),
-        "eta": rng.standard_normal((S, _POOL)),
+    pools = {  # (pool, sample): a candidate's column is one contiguous row
+        "E": rng.standard_t(np.broadcast_to(P["E_nu"][None, :], (_POOL, S))),
+        "T": rng.standard_t(np.broadcast_to(P["T_nu"][None, :], (_POOL, S))),
+        "eta": rng.standard_normal((_POOL, S)),
     }
 
     def noise(kind, width):
-        return np.take_along_axis(pools[kind], rng.integers(0, _POOL, size=(S, width), dtype=np.int16), axis=1)
+        # distinct pool columns for the candidates of a chunk: column j holds S independent
+        # draws (one per posterior draw), so each candidate's noise is exactly distributed
+        return pools[kind][rng.choice(_POOL, size=width, replace=False)].T
 
     for lo in range(0, n, chunk):
         sl = slice(lo, min(lo + chunk, n))

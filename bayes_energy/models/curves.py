@@ -20,6 +20,8 @@ Parameters enter on the log scale: ``usl_sigma`` = :math:`\ln\sigma`,
 
 from __future__ import annotations
 
+import numpy as np
+
 __all__ = ["usl_log_eta", "saturating_log_eta", "CURVES", "log_eta"]
 
 
@@ -57,6 +59,14 @@ def log_eta(n, curve, theta, m):
     m : module
         ``numpy`` or ``pytensor.tensor``.
     """
+    if m.__name__ == "numpy":
+        # evaluate each curve only on its own rows (posterior draws x candidates is large)
+        out = np.zeros(np.broadcast_shapes(theta.shape[:-1], np.shape(n)))
+        for kind, fn, (a, b) in ((1, usl_log_eta, (0, 1)), (2, saturating_log_eta, (2, 3))):
+            rows = np.flatnonzero(curve == kind)
+            if len(rows):
+                out[..., rows] = fn(n[rows], theta[..., rows, a], theta[..., rows, b], np)
+        return out
     usl = usl_log_eta(n, theta[..., 0], theta[..., 1], m)
     sat = saturating_log_eta(n, theta[..., 2], theta[..., 3], m)
     return m.where(m.equal(curve, 1), usl, m.where(m.equal(curve, 2), sat, 0.0 * n))

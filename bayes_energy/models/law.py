@@ -22,6 +22,8 @@ devices), all centred. Time uses the same form with its own parameters.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .curves import log_eta as curve_log_eta
 from .spec import LAW_FEATURES
 
@@ -53,11 +55,20 @@ def block_mean(P, b, A, log_eta, m):
     beta = P[f"{b}_beta"]
     X = A["X"]
     onehot = A["cell_onehot"]  # (run, cell)
-    # X @ beta^T gives every run's mean under every cell; the one-hot picks its own
-    # (a few cells only, so this is cheaper than gathering a (sample, run, coef) array)
-    per_cell = m.matmul(X, m.swapaxes(beta, -1, -2))
-    mu = m.sum(per_cell * onehot, axis=-1)
-    slope_eta = m.matmul(beta[..., ETA_COLUMN], m.swapaxes(onehot, -1, -2))
+    if m is np and beta.ndim == 3:
+        # posterior draws: one BLAS product per cell, (sample, coef) @ (coef, run_in_cell)
+        mu = np.empty(beta.shape[:1] + X.shape[:1])
+        slope_eta = np.empty_like(mu)
+        cells = A["cell_idx"]
+        for c in np.unique(cells):
+            rows = np.flatnonzero(cells == c)
+            mu[:, rows] = beta[:, c, :] @ X[rows].T
+            slope_eta[:, rows] = beta[:, c, ETA_COLUMN][:, None]
+    else:
+        # X @ beta^T gives every run's mean under every cell; the one-hot picks its own
+        per_cell = m.matmul(X, m.swapaxes(beta, -1, -2))
+        mu = m.sum(per_cell * onehot, axis=-1)
+        slope_eta = m.matmul(beta[..., ETA_COLUMN], m.swapaxes(onehot, -1, -2))
     mu = mu + slope_eta * (log_eta - X[:, ETA_COLUMN])
     mu = mu + m.take(P[f"{b}_psi"], A["strategy_idx"], axis=-1)
     if f"{b}_psi_cell" in P:
