@@ -1,0 +1,72 @@
+"""Smoke tests of the validation harness and the SBC script (real sampling, small).
+
+The harness runs with ``--quick --splits 1`` (one split per setting, 2 chains
+x 150 + 150 draws) and the SBC with ``--quick`` (5 replications): they check
+that the tables have the expected shape and sane values, not exact numbers.
+The reference dataset is read from outside the repository; without it these
+tests skip locally and fail when ``CI=true`` (see ``tests/_data.py``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests._data import mayaki_path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(script: str, *args: str, timeout: int = 400) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.slow
+def test_harness_quick_table(tmp_path):
+    data = mayaki_path()
+    _run("validate_mayaki2026.py", "--quick", "--splits", "1", "--seed", "7", "--out", str(tmp_path),
+         "--data", str(data))
+    summary = pd.read_csv(tmp_path / "mayaki2026_seed7_quick.csv")
+    rows = pd.read_csv(tmp_path / "mayaki2026_seed7_quick_splits.csv")
+    assert (tmp_path / "mayaki2026_seed7_quick.md").read_text().count("\n| ") >= 20
+    models = {"ols_post", "ols_pre", "gb_pre", "gb_post", "pooled_post", "pooled_pre",
+              "hierarchical_post", "hierarchical_pre"}
+    for setting in ("bert", "gpt", "pooled"):
+        assert set(summary.loc[summary["setting"] == setting, "model"]) == models
+    assert {"ols_post", "hierarchical_pre"} <= set(summary.loc[summary["setting"] == "new_hw", "model"])
+    for col in ("r2", "r2_q25", "r2_q75", "rmse", "slope", "cov50", "cov80", "cov95", "hw95", "mlpd",
+                "divergences", "max_rhat"):
+        assert col in summary.columns
+    grouped = summary[summary["setting"] != "new_hw"]
+    assert (grouped["r2"] > 0.7).all() and (grouped["r2"] <= 1).all()
+    assert (grouped["rmse"] > 0).all() and (grouped["rmse"] < 0.6).all()
+    assert grouped["slope"].between(0.7, 1.3).all()
+    for c in ("cov50", "cov80", "cov95"):
+        assert summary[c].between(0, 1).all()
+    assert (grouped["cov50"] <= grouped["cov95"] + 1e-9).all()
+    assert (grouped["cov95"] > 0.75).all()
+    assert (summary["hw95"] > 1).all()
+    bayes = summary[summary["model"].str.startswith(("pooled", "hierarchical"))]
+    assert np.isfinite(bayes["mlpd"]).all() and (bayes["max_rhat"] < 1.5).all()
+    assert rows["split"].nunique() == 1 and (rows["n_test"] > 0).all()
+
+
+@pytest.mark.slow
+def test_sbc_smoke(tmp_path):
+    _run("sbc.py", "--quick", "--out", str(tmp_path))
+    summary = pd.read_csv(tmp_path / "sbc_summary.csv")
+    ranks = pd.read_csv(tmp_path / "sbc_ranks.csv")
+    assert (tmp_path / "sbc_ranks.png").stat().st_size > 1000
+    assert len(summary) >= 15 and (summary["reps"] == 5).all()
+    assert ranks["rank"].between(0, ranks["n_draws"]).all()
+    assert summary["p_value"].between(0, 1).all()
+    # a broken simulator or model would push truths into the tails for nearly every parameter
+    assert summary["mean_rank_frac"].between(0.02, 0.98).mean() > 0.8
