@@ -1,0 +1,574 @@
+r"""Plan a fine-tuning run: energy and time of every candidate configuration.
+
+``plan(idata, workload, ...)`` crosses a workload (architecture, sequence
+length, batch size, tokens) with candidate hardware, strategies and device
+counts, draws the joint posterior-predictive energy and time of every
+candidate with :func:`bayes_energy.predict.predict_draws`, and reports for
+each
+
+* the energy and time intervals (central ``prob`` interval, default 0.9),
+* :math:`P(T \le \text{deadline})` and :math:`P(E \le \text{budget})`,
+* the median power :math:`E/T` (faster configurations often draw more),
+* :math:`P(E < E_{1})`, the probability that it uses less energy than the
+  single-device run on the same hardware (more devices can cost more),
+* whether it is on the time/energy Pareto front of the posterior-predictive
+  medians, and how often it is on the front of a joint draw (``p_pareto``),
+
+and recommends the candidate with the lowest predicted energy among those
+that meet the deadline with probability at least ``p``.
+
+"Predicted energy" is the posterior-predictive *median* by default. The
+models put Student-t residuals on ln energy and ln time, under which the
+predictive *mean* of energy does not exist: its Monte Carlo estimate is
+carried by a few tail draws (it can even overflow), so rankings by it are
+not reproducible. ``rank_by="mean"`` still gives the literal expected value.
+
+Probabilities come from joint draws: one posterior draw gives every
+candidate of the workload its energy and time together (the same law
+coefficients, curves and, in a model with configuration-family effects,
+the same family effect: ``predict_draws`` gives all candidates of one
+workload on one hardware one family code), so comparisons between
+candidates carry the posterior's correlations instead of independent
+uncertainty.
+
+Command line::
+
+    python -m bayes_energy.plan --posterior fits/default/posterior.nc \
+        --arch bert-large --seq-len 128 --batch-size 8 --tokens 8e6 \
+        --strategies single fsdp tp --n-gpus 1 2 4 8 \
+        --deadline-s 600 --p 0.9 --energy-budget-kwh 0.05 [--out plan.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import DEFAULT_PROB
+from .datasets import KWH_TO_J
+from .schema import SchemaError, STRATEGIES
+
+__all__ = ["ARCHITECTURES", "Workload", "Plan", "plan", "candidates", "evaluate", "evidence", "pareto_front"]
+
+#: Named architectures: family and block sizes (heads are informative only).
+ARCHITECTURES: dict[str, dict] = {
+    "bert-base": {"family": "bert", "num_layers": 12, "hidden_size": 768, "heads": 12, "ff": 3072},
+    "bert-large": {"family": "bert", "num_layers": 24, "hidden_size": 1024, "heads": 16, "ff": 4096},
+    "gpt2": {"family": "gpt", "num_layers": 12, "hidden_size": 768, "heads": 12, "ff": 3072},
+    "gpt2-medium": {"family": "gpt", "num_layers": 24, "hidden_size": 1024, "heads": 16, "ff": 4096},
+}
+
+
+@dataclass
+class Workload:
+    """What is to be trained: the architecture and the run's size.
+
+    Parameters
+    ----------
+    family : str
+        Model family, e.g. ``bert`` or ``gpt``.
+    num_layers, hidden_size, ff : int
+        Depth, width and feed-forward width.
+    seq_len, batch_size : int
+        Tokens per example and examples per step and process.
+    tokens : float
+        Tokens the run processes.
+    heads : int, optional
+        Attention heads (not used by the law; kept for the record).
+    grad_accum : int, default 1
+    """
+
+    family: str
+    num_layers: int
+    hidden_size: int
+    ff: int
+    seq_len: int
+    batch_size: int
+    tokens: float
+    heads: int | None = None
+    grad_accum: int = 1
+
+    @classmethod
+    def from_architecture(cls, name: str, **size) -> Workload:
+        """A workload from a named architecture in :data:`ARCHITECTURES`.
+
+        Examples
+        --------
+        >>> Workload.from_architecture("bert-large", seq_len=128, batch_size=8, tokens=8e6).num_layers
+        24
+        """
+        if name not in ARCHITECTURES:
+            raise ValueError(f"unknown architecture {name!r}; choose one of {', '.join(ARCHITECTURES)}")
+        return cls(**(ARCHITECTURES[name] | size))
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("family", "num_layers", "hidden_size", "ff", "seq_len",
+                                            "batch_size", "grad_accum", "tokens")}
+        if self.heads is not None:
+            d["heads"] = self.heads
+        return d
+
+
+def _known_levels(idata, dim: str) -> list[str]:
+    from .models.io import load_spec
+
+    return list(load_spec(idata).config["levels"][dim])
+
+
+def resolve_hardware(names: Sequence[str], known: Sequence[str]) -> list[str]:
+    """Map short hardware names (``A100``) to the model's levels.
+
+    An exact match wins; otherwise a unique case-insensitive substring match.
+    Names matching nothing are kept as they are (the model then predicts them
+    from its population of hardware, with a warning).
+    """
+    out = []
+    for name in names:
+        if name in known:
+            out.append(name)
+            continue
+        hits = [k for k in known if name.lower() in k.lower()]
+        if len(hits) > 1:
+            raise ValueError(f"hardware {name!r} is ambiguous: it matches {', '.join(hits)}")
+        out.append(hits[0] if hits else name)
+    return out
+
+
+def candidates(workload: Workload | Mapping, strategies: Sequence[str], n_gpus: Sequence[int],
+               hardware: Sequence[str], parallel_on_one: bool = False) -> pd.DataFrame:
+    """The candidate table: hardware x strategy x device count.
+
+    ``single`` runs on exactly one device; the parallel strategies are
+    crossed with the device counts above one (and with 1 too when
+    ``parallel_on_one``: a one-process DDP run, say, measures the strategy's
+    overhead).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per candidate with the workload columns, ``hardware``,
+        ``strategy`` and ``n_gpus``.
+    """
+    w = workload.as_dict() if isinstance(workload, Workload) else dict(workload)
+    bad = [s for s in strategies if s not in STRATEGIES]
+    if bad:
+        raise ValueError(f"unknown strategy {', '.join(bad)}; choose from {', '.join(STRATEGIES)}")
+    if any(int(n) < 1 for n in n_gpus):
+        raise ValueError(f"device counts must be at least 1, got {list(n_gpus)}")
+    rows = []
+    for hw in hardware:
+        for s in strategies:
+            lowest = 1 if parallel_on_one else 2
+            counts = [1] if s == "single" else sorted({int(n) for n in n_gpus if int(n) >= lowest})
+            if s == "single" and 1 not in {int(n) for n in n_gpus}:
+                counts = []
+            for n in counts:
+                rows.append({**w, "hardware": hw, "strategy": s, "n_gpus": n})
+    if not rows:
+        raise ValueError("no candidates: 'single' needs 1 in the device counts, parallel strategies a count above 1")
+    return pd.DataFrame(rows)
+
+
+def evidence(idata, cands: pd.DataFrame) -> list[str]:
+    """How close each candidate is to the training data.
+
+    ``measured`` (this hardware, family, strategy and device count were
+    run), ``new device count``, ``new strategy here`` (the strategy was never
+    run on this hardware x family) or ``new hardware/family`` (the cell is
+    predicted from the population of cells).
+    """
+    from .models.io import PosteriorFileError, training_table
+
+    try:
+        df = training_table(idata)
+    except PosteriorFileError:
+        return ["?"] * len(cands)
+    seen = df.groupby(["hardware", "family", "strategy"])["n_gpus"].agg(lambda s: set(s.astype(int))).to_dict()
+    cells = set(zip(df["hardware"].astype(str), df["family"].astype(str)))
+    out = []
+    for r in cands.itertuples():
+        key = (str(r.hardware), str(r.family).lower(), str(r.strategy))
+        if key[:2] not in cells:
+            out.append("new hardware/family")
+        elif key not in seen:
+            out.append("new strategy here")
+        elif int(r.n_gpus) not in seen[key]:
+            out.append("new device count")
+        else:
+            out.append("measured")
+    return out
+
+
+def pareto_front(time: np.ndarray, energy: np.ndarray) -> np.ndarray:
+    """Mask of points no other point beats in both time and energy.
+
+    A point is dominated when another is no worse in both and better in one.
+    The last axis indexes the candidates; leading axes (e.g. draws) are
+    batched.
+
+    Examples
+    --------
+    >>> pareto_front(np.array([1.0, 2.0, 3.0]), np.array([3.0, 1.0, 2.0])).tolist()
+    [True, True, False]
+    """
+    t = np.asarray(time, float)[..., :, None]
+    e = np.asarray(energy, float)[..., :, None]
+    t_o = np.swapaxes(t, -1, -2)
+    e_o = np.swapaxes(e, -1, -2)
+    dominated = ((t_o <= t) & (e_o <= e) & ((t_o < t) | (e_o < e))).any(axis=-1)
+    return ~dominated
+
+
+@dataclass
+class Plan:
+    """The result of :func:`plan`.
+
+    Attributes
+    ----------
+    table : pandas.DataFrame
+        One row per candidate (see :func:`evaluate` for the columns).
+    recommended : int or None
+        Row label in ``table`` of the recommended candidate, None when no
+        candidate meets the deadline with probability ``p``.
+    draws : dict
+        ``energy_j`` and ``time_s`` draws, each (sample, candidate).
+    deadline_s, p, energy_budget_j, prob, rank_by
+        The settings used.
+    notes : list of str
+        Plain-language remarks (no feasible candidate, budget at risk, ...).
+    """
+
+    table: pd.DataFrame
+    recommended: int | None
+    draws: dict = field(repr=False)
+    deadline_s: float | None = None
+    p: float = 0.9
+    energy_budget_j: float | None = None
+    prob: float = DEFAULT_PROB
+    rank_by: str = "median"
+    notes: list = field(default_factory=list)
+
+    @property
+    def recommendation(self) -> pd.Series | None:
+        """The recommended candidate's row, or None."""
+        return None if self.recommended is None else self.table.loc[self.recommended]
+
+    @property
+    def pareto(self) -> pd.DataFrame:
+        """The candidates on the time/energy Pareto front, fastest first."""
+        return self.table[self.table["pareto"]].sort_values(f"time_s_{self.rank_by}")
+
+    def to_frame(self) -> pd.DataFrame:
+        """A compact, readable table: one row per candidate, kJ and minutes."""
+        t = self.table
+        pct = int(round(self.prob * 100))
+        st = self.rank_by
+        out = pd.DataFrame({
+            "hardware": t["hardware"], "strategy": t["strategy"], "n_gpus": t["n_gpus"],
+            f"energy_kj_{st}": t[f"energy_j_{st}"] / 1e3,
+            f"energy_kj_{pct}%": [f"{lo / 1e3:.4g}–{hi / 1e3:.4g}" for lo, hi in zip(t["energy_j_lo"], t["energy_j_hi"])],
+            f"time_min_{st}": t[f"time_s_{st}"] / 60,
+            f"time_min_{pct}%": [f"{lo / 60:.4g}–{hi / 60:.4g}" for lo, hi in zip(t["time_s_lo"], t["time_s_hi"])],
+            "power_w": t["power_w_median"],
+        })
+        for col in ("p_deadline", "p_budget", "p_energy_below_single"):
+            if col in t.columns:
+                out[col] = t[col]
+        out["pareto"] = t["pareto"]
+        if "evidence" in t.columns:
+            out["evidence"] = t["evidence"]
+        out["recommended"] = t["recommended"]
+        return out
+
+    def to_text(self) -> str:
+        """The plan as plain text: the table, the recommendation, the Pareto set."""
+        lines = []
+        cond = []
+        if self.deadline_s is not None:
+            cond.append(f"deadline {self.deadline_s:.6g} s with probability >= {self.p:g}")
+        if self.energy_budget_j is not None:
+            cond.append(f"energy budget {self.energy_budget_j:.6g} J ({self.energy_budget_j / KWH_TO_J:.4g} kWh)")
+        lines.append(f"{len(self.table)} candidates" + (f"; {'; '.join(cond)}" if cond else ""))
+        lines.append(f"intervals: central {self.prob:g}; probabilities from joint posterior-predictive draws")
+        with pd.option_context("display.width", 200, "display.max_columns", 30):
+            lines.append(self.to_frame().to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        lines.append(self.verdict())
+        return "\n".join(lines)
+
+    def verdict(self) -> str:
+        """The recommendation, the Pareto set and the notes, in plain text (no table)."""
+        lines = []
+        rec = self.recommendation
+        st = self.rank_by
+        if rec is not None:
+            what = "lowest expected energy" if st == "mean" else "lowest median energy"
+            among = "among candidates meeting the deadline" if self.deadline_s is not None else "among all candidates"
+            lines.append(
+                f"recommended ({what} {among}): {rec['strategy']} on {int(rec['n_gpus'])} x {rec['hardware']}: "
+                f"energy {rec[f'energy_j_{st}'] / 1e3:.4g} kJ ({st}; {rec['energy_j_lo'] / 1e3:.4g}–{rec['energy_j_hi'] / 1e3:.4g}), "
+                f"time {rec[f'time_s_{st}']:.4g} s ({st}; {rec['time_s_lo']:.4g}–{rec['time_s_hi']:.4g})"
+            )
+        else:
+            lines.append("recommended: none")
+        front = self.pareto
+        lines.append(f"Pareto set ({st} time vs {st} energy, fastest first): " + "; ".join(
+            f"{r['strategy']} x{int(r['n_gpus'])} {r['hardware']} ({r[f'time_s_{st}']:.4g} s, {r[f'energy_j_{st}'] / 1e3:.4g} kJ)"
+            for _, r in front.iterrows()))
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+
+def _describe(row: pd.Series) -> str:
+    return f"{row['strategy']} on {int(row['n_gpus'])} x {row['hardware']}"
+
+
+def evaluate(cands: pd.DataFrame, energy_j: np.ndarray, time_s: np.ndarray, deadline_s: float | None = None,
+             p: float = 0.9, energy_budget_j: float | None = None, prob: float = DEFAULT_PROB,
+             rank_by: str = "median") -> Plan:
+    """Summarise joint draws of energy and time into a :class:`Plan`.
+
+    Parameters
+    ----------
+    cands : pandas.DataFrame
+        Candidates (``hardware``, ``strategy``, ``n_gpus`` at least).
+    energy_j, time_s : numpy.ndarray
+        Joint draws, shape (sample, candidate), in joules and seconds.
+    deadline_s : float, optional
+    p : float, default 0.9
+        Probability with which the deadline must be met.
+    energy_budget_j : float, optional
+    prob : float
+        Central interval probability.
+    rank_by : {"median", "mean"}
+        Statistic of the draws that the recommendation minimises and the
+        Pareto front compares. The median is the default: under Student-t
+        residuals on the log scale the predictive mean does not exist and
+        its Monte Carlo estimate rests on a few tail draws.
+
+    Returns
+    -------
+    Plan
+        Its table holds the candidates plus ``energy_j_*``, ``energy_kwh_*``,
+        ``time_s_*`` (``mean``, ``median``, ``lo``, ``hi``), ``power_w_median``,
+        ``p_deadline`` and ``meets_deadline`` (with a deadline), ``p_budget``
+        (with a budget), ``p_energy_below_single``, ``pareto``, ``p_pareto``
+        and ``recommended``.
+    """
+    from .predict import summarize_draws
+
+    if not 0 < p < 1:
+        raise ValueError(f"p must lie in (0, 1), got {p}")
+    if rank_by not in ("mean", "median"):
+        raise ValueError(f"rank_by must be 'mean' or 'median', got {rank_by!r}")
+    energy_j = np.asarray(energy_j, float)
+    time_s = np.asarray(time_s, float)
+    if energy_j.shape != time_s.shape or energy_j.shape[1] != len(cands):
+        raise ValueError(f"draws must be (sample, {len(cands)}); got {energy_j.shape} and {time_s.shape}")
+    table = pd.concat([
+        cands.reset_index(drop=True),
+        summarize_draws(energy_j, prob, "energy_j"),
+        summarize_draws(energy_j / KWH_TO_J, prob, "energy_kwh"),
+        summarize_draws(time_s, prob, "time_s"),
+    ], axis=1)
+    table["power_w_median"] = np.median(energy_j / time_s, axis=0)
+    notes = []
+    if deadline_s is not None:
+        table["p_deadline"] = (time_s <= deadline_s).mean(axis=0)
+        table["meets_deadline"] = table["p_deadline"] >= p
+    if energy_budget_j is not None:
+        table["p_budget"] = (energy_j <= energy_budget_j).mean(axis=0)
+    # P(E < E of the single-device run on the same hardware), from the same joint draws
+    below = np.full(len(table), np.nan)
+    for hw, idx in table.groupby("hardware").groups.items():
+        single = [i for i in idx if table.at[i, "strategy"] == "single" and table.at[i, "n_gpus"] == 1]
+        if single:
+            ref = energy_j[:, single[0]]
+            for i in idx:
+                below[i] = np.nan if i == single[0] else float(np.mean(energy_j[:, i] < ref))
+    table["p_energy_below_single"] = below
+    table["pareto"] = pareto_front(table[f"time_s_{rank_by}"].to_numpy(), table[f"energy_j_{rank_by}"].to_numpy())
+    table["p_pareto"] = pareto_front(time_s, energy_j).mean(axis=0)
+
+    feasible = table["meets_deadline"] if deadline_s is not None else pd.Series(True, index=table.index)
+    key = f"energy_j_{rank_by}"
+    recommended = None
+    if feasible.any():
+        recommended = int(table.loc[feasible, key].idxmin())
+    else:
+        best = table["p_deadline"].idxmax()
+        notes.append(
+            f"no candidate meets the deadline of {deadline_s:.6g} s with probability >= {p:g}; the likeliest is "
+            f"{_describe(table.loc[best])} with P(T <= deadline) = {table.at[best, 'p_deadline']:.2f}"
+        )
+    table["recommended"] = False
+    if recommended is not None:
+        table.loc[recommended, "recommended"] = True
+        rec = table.loc[recommended]
+        if energy_budget_j is not None and rec["p_budget"] < p:
+            notes.append(f"the recommended candidate stays within the energy budget with probability "
+                         f"{rec['p_budget']:.2f} only (< {p:g})")
+        fastest = table[f"time_s_{rank_by}"].idxmin()
+        if fastest != recommended:
+            f = table.loc[fastest]
+            notes.append(
+                f"the fastest candidate, {_describe(f)}, would take {f[f'time_s_{rank_by}'] / rec[f'time_s_{rank_by}']:.2g}x "
+                f"the time and {f[f'energy_j_{rank_by}'] / rec[f'energy_j_{rank_by}']:.2g}x the energy of the recommended one"
+            )
+    costlier = table[(table["n_gpus"] > 1) & (table["p_energy_below_single"] < 0.5)]
+    if len(costlier):
+        notes.append(f"{len(costlier)} of {int((table['n_gpus'] > 1).sum())} multi-device candidates more likely than "
+                     "not use more energy than one device of the same hardware")
+    return Plan(table=table, recommended=recommended, draws={"energy_j": energy_j, "time_s": time_s},
+                deadline_s=deadline_s, p=p, energy_budget_j=energy_budget_j, prob=prob, rank_by=rank_by, notes=notes)
+
+
+def plan(idata, workload: Workload | Mapping, strategies: Sequence[str] | None = None,
+         n_gpus: Sequence[int] = (1, 2, 4, 8), hardware: Sequence[str] | None = None,
+         deadline_s: float | None = None, p: float = 0.9, energy_budget_j: float | None = None,
+         prob: float = DEFAULT_PROB, rank_by: str = "median", parallel_on_one: bool = False,
+         n_draws: int | None = None, seed: int | None = None) -> Plan:
+    """Energy and time of every candidate configuration of a workload, and a choice.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        A fitted posterior (``posterior.nc`` of ``python -m bayes_energy.fit``).
+    workload : Workload or mapping
+        Architecture and size: ``family``, ``num_layers``, ``hidden_size``,
+        ``ff``, ``seq_len``, ``batch_size``, ``tokens`` (``grad_accum``
+        optional).
+    strategies : sequence of str, optional
+        Candidate strategies; default every strategy the model was fitted on.
+    n_gpus : sequence of int, default (1, 2, 4, 8)
+        Device counts. ``single`` takes 1, the others the counts above 1.
+        Counts never measured are allowed: they carry the speedup curves'
+        extrapolation uncertainty.
+    hardware : sequence of str, optional
+        Hardware names or unique substrings of the model's hardware levels
+        (e.g. ``"A100"``); default every hardware the model knows.
+    deadline_s : float, optional
+        Wall-time limit of the run in seconds.
+    p : float, default 0.9
+        Required probability of meeting the deadline.
+    energy_budget_j : float, optional
+        Energy budget in joules (reported as ``p_budget``).
+    prob : float, default :data:`bayes_energy.DEFAULT_PROB`
+        Central interval probability of the reported intervals.
+    rank_by : {"median", "mean"}
+        See :func:`evaluate`.
+    parallel_on_one : bool, default False
+        Also consider the parallel strategies on one device.
+    n_draws, seed
+        Thin the posterior; seed the predictive noise.
+
+    Returns
+    -------
+    Plan
+
+    See Also
+    --------
+    bayes_energy.predict.predict_draws : the joint draws used here.
+
+    Examples
+    --------
+    >>> w = Workload.from_architecture("bert-large", seq_len=128, batch_size=8, tokens=8e6)
+    >>> p = plan(idata, w, n_gpus=range(1, 9), deadline_s=600)  # doctest: +SKIP
+    >>> print(p)  # doctest: +SKIP
+    """
+    from .predict import predict_draws
+
+    if strategies is None:
+        strategies = _known_levels(idata, "strategy")
+    known_hw = _known_levels(idata, "hardware")
+    hardware = resolve_hardware(list(hardware) if hardware is not None else known_hw, known_hw)
+    cands = candidates(workload, list(strategies), list(n_gpus), hardware, parallel_on_one=parallel_on_one)
+    cands["evidence"] = evidence(idata, cands)
+    draws = predict_draws(idata, cands, mode="pre", n_draws=n_draws, seed=seed)
+    with np.errstate(over="ignore"):  # a far Student-t tail draw may exceed float range: it stays inf, and counts
+        energy_j, time_s = np.exp(draws["log_energy_j"]), np.exp(draws["log_time_s"])
+    return evaluate(cands, energy_j, time_s, deadline_s=deadline_s, p=p, energy_budget_j=energy_budget_j, prob=prob,
+                    rank_by=rank_by)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bayes_energy.plan",
+                                 description="Energy and time of candidate configurations of a workload, and a recommendation.")
+    ap.add_argument("--posterior", required=True, help="posterior.nc written by bayes_energy.fit")
+    ap.add_argument("--arch", choices=sorted(ARCHITECTURES), help="a named architecture (sets family and sizes)")
+    ap.add_argument("--family", help="model family, e.g. bert or gpt")
+    ap.add_argument("--num-layers", type=int)
+    ap.add_argument("--hidden-size", type=int)
+    ap.add_argument("--ff", type=int, help="feed-forward width")
+    ap.add_argument("--heads", type=int)
+    ap.add_argument("--seq-len", type=int, required=True)
+    ap.add_argument("--batch-size", type=int, required=True)
+    ap.add_argument("--grad-accum", type=int, default=1)
+    ap.add_argument("--tokens", type=float, required=True, help="tokens the run processes")
+    ap.add_argument("--strategies", nargs="+", choices=STRATEGIES, help="default: those the model was fitted on")
+    ap.add_argument("--n-gpus", nargs="+", type=int, default=[1, 2, 4, 8])
+    ap.add_argument("--hardware", nargs="+", help="hardware names or unique parts of them (default: all the model knows)")
+    ap.add_argument("--deadline-s", type=float)
+    ap.add_argument("--p", type=float, default=0.9, help="probability of meeting the deadline (default %(default)s)")
+    budget = ap.add_mutually_exclusive_group()
+    budget.add_argument("--energy-budget-j", type=float)
+    budget.add_argument("--energy-budget-kwh", type=float)
+    ap.add_argument("--prob", type=float, default=DEFAULT_PROB, help="central interval probability (default %(default)s)")
+    ap.add_argument("--rank-by", choices=("median", "mean"), default="median",
+                    help="statistic of the predictive draws to minimise (default %(default)s; see the module docs)")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--out", help="also write the full candidate table as CSV")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bayes_energy.plan``; returns the exit status (2 on bad input)."""
+    warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
+    args = _parser().parse_args(argv)
+    from .models.io import PosteriorFileError, load
+    from .predict import NewLevelWarning
+
+    try:
+        arch = dict(ARCHITECTURES[args.arch]) if args.arch else {}
+        for key in ("family", "num_layers", "hidden_size", "ff", "heads"):
+            value = getattr(args, key)
+            if value is not None:
+                arch[key] = value
+        missing = [k for k in ("family", "num_layers", "hidden_size", "ff") if k not in arch]
+        if missing:
+            raise ValueError(f"the workload needs --arch or --{' --'.join(m.replace('_', '-') for m in missing)}")
+        workload = Workload(**arch, seq_len=args.seq_len, batch_size=args.batch_size, tokens=args.tokens,
+                            grad_accum=args.grad_accum)
+        budget = args.energy_budget_j if args.energy_budget_j is not None else (
+            args.energy_budget_kwh * KWH_TO_J if args.energy_budget_kwh is not None else None)
+        idata = load(args.posterior)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", NewLevelWarning)
+            result = plan(idata, workload, strategies=args.strategies, n_gpus=args.n_gpus, hardware=args.hardware,
+                          deadline_s=args.deadline_s, p=args.p, energy_budget_j=budget, prob=args.prob,
+                          rank_by=args.rank_by, seed=args.seed)
+    except (SchemaError, PosteriorFileError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(result.to_text())
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        result.table.to_csv(tmp, index=False)
+        tmp.replace(out)
+        print(f"wrote {len(result.table)} candidates to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
