@@ -1,0 +1,75 @@
+"""Session fixtures: ONE small posterior of the reference dataset, fitted once and reused.
+
+``small_fit`` samples the hierarchical model on the Mayaki (2026) table with
+2 chains x 150 draws (200 tuning steps, seed 1): far too few draws to pass
+the diagnostics, enough to exercise predict, plan, the report and the
+notebooks. ``small_fit_dir`` writes it as ``python -m bayes_energy.fit``
+would (``posterior.nc``, ``summary.csv``, ``diagnostics.json``).
+
+The dataset lives outside the repository (``../shared/datasets/mayaki2026``,
+or ``$BAYES_ENERGY_DATA``); tests that need it skip locally when it is
+absent and fail when ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tests._data import mayaki_path
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = {"chains": 2, "draws": 150, "tune": 200, "seed": 1}
+
+
+@pytest.fixture(scope="session")
+def mayaki_table():
+    """The reference dataset as a validated sweep table."""
+    from bayes_energy.datasets import load_mayaki2026
+
+    return load_mayaki2026(mayaki_path())
+
+
+@pytest.fixture(scope="session")
+def small_fit(mayaki_table):
+    """(idata, table): the hierarchical model fitted once per session on the reference dataset."""
+    from bayes_energy.models.sample import fit
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = fit(mayaki_table, model="hierarchical", progress=False, **SMALL)
+    return idata, mayaki_table
+
+
+@pytest.fixture(scope="session")
+def small_fit_dir(small_fit, tmp_path_factory) -> Path:
+    """A fit folder like ``python -m bayes_energy.fit --out`` writes, holding ``small_fit``."""
+    from bayes_energy.models.diagnostics import diagnose, summarize
+    from bayes_energy.models.io import save
+
+    idata, _ = small_fit
+    out = tmp_path_factory.mktemp("small_fit")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        save(idata, out / "posterior.nc")
+        summarize(idata).to_csv(out / "summary.csv")
+        diag = diagnose(idata) | {"model": "hierarchical", "sampler": "nutpie"}
+    (out / "diagnostics.json").write_text(json.dumps(diag, indent=2))
+    return out
+
+
+@pytest.fixture(scope="session")
+def isolated_env(tmp_path_factory) -> dict:
+    """Environment for subprocesses and kernels: Jupyter/IPython state in a temporary folder."""
+    home = tmp_path_factory.mktemp("jupyter")
+    env = dict(os.environ)
+    env.update({
+        "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_DATA_DIR": str(home / "data"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "IPYTHONDIR": str(home / "ipython"),
+        "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore::FutureWarning",
+    })
+    return env
