@@ -81,8 +81,8 @@ def main() -> None:
         model = build_model(spec, df)
         rows.append(run(sampler, model, args.chains, args.draws, args.tune, args.seed))
         print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
-    csv = write_table(pd.DataFrame(rows), "samplers",
-                      f"Samplers: {args.model} model, {len(df)} rows, {args.chains} chains x ({args.tune} tune + {args.draws} draws)")
+        csv = write_table(pd.DataFrame(rows), "samplers",  # after each sampler: a slow one may be stopped
+                          f"Samplers: {args.model} model, {len(df)} rows, {args.chains} chains x ({args.tune} tune + {args.draws} draws)")
     print(f"\nwrote {csv}")
 
 
