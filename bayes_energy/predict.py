@@ -267,7 +267,11 @@ def predict(idata, configs: pd.DataFrame, prob: float = DEFAULT_PROB, mode: str 
     -------
     pandas.DataFrame
         The candidates with ``energy_j_*``, ``energy_kwh_*`` and ``time_s_*``
-        columns (``mean``, ``median``, ``lo``, ``hi``) and ``prob``.
+        columns (``mean``, ``median``, ``lo``, ``hi``) and ``prob``. ``_mean``
+        is the Monte Carlo mean over the draws. The Student-t residual on the
+        log scale gives the energy itself no finite expectation, so the mean
+        is sensitive to a few extreme draws: prefer the median and the
+        interval, as :func:`bayes_energy.plan.plan` does.
 
     Examples
     --------

@@ -11,6 +11,8 @@ import arviz as az
 import numpy as np
 import pandas as pd
 
+from .. import DEFAULT_PROB
+
 __all__ = ["THRESHOLDS", "diagnose", "summarize", "summary_vars"]
 
 THRESHOLDS = {"max_rhat": 1.01, "min_ess_bulk": 400, "min_ess_tail": 400, "divergences": 0, "min_bfmi": 0.3}
@@ -22,8 +24,12 @@ def summary_vars(idata: az.InferenceData, include_z: bool = False) -> list[str]:
     return names if include_z else [v for v in names if not v.endswith("_z")]
 
 
-def summarize(idata: az.InferenceData, prob: float = 0.94) -> pd.DataFrame:
-    """``az.summary`` of the interpretable parameters, one row per parameter."""
+def summarize(idata: az.InferenceData, prob: float = DEFAULT_PROB) -> pd.DataFrame:
+    """``az.summary`` of the interpretable parameters, one row per parameter.
+
+    Intervals are highest-density intervals of probability ``prob`` (the
+    package default, 0.9: columns ``hdi_5%`` and ``hdi_95%``).
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         s = az.summary(idata, var_names=summary_vars(idata), hdi_prob=prob)
