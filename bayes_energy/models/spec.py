@@ -136,7 +136,9 @@ class ModelSpec:
         feats = set(LAW_FEATURES) | set(EXTRA_FEATURES) | set(CURVE_FEATURES)
         cfg["centre"] = {f: float(np.nanmean(x[f])) for f in sorted(feats) if f != "log_eta"}
         cfg["centre"]["log_eta"] = 0.0
-        cfg["scale"] = {f: float(np.nanstd(x[f]) or 1.0) for f in CURVE_FEATURES}
+        # a constant feature has a std of rounding noise (~1e-16), not 0: dividing by it
+        # turned 1-ulp differences from the centre into |Z| ~ 1e15 (inf efficiency pre-run)
+        cfg["scale"] = {f: (sd if sd > 1e-8 else 1.0) for f in CURVE_FEATURES for sd in [float(np.nanstd(x[f]))]}
         y = np.log(df["energy_j"].to_numpy(float))
         t = np.log(df["time_s"].to_numpy(float))
         cfg["centre"]["log_energy"] = float(np.mean(y))
