@@ -117,7 +117,9 @@ def point_metrics(y: np.ndarray, pred: np.ndarray) -> dict:
     """R², RMSE and the calibration slope (OLS slope of y on the prediction)."""
     resid = y - pred
     sst = np.sum((y - y.mean()) ** 2)
-    slope = np.polyfit(pred, y, 1)[0] if np.ptp(pred) > 0 else np.nan
+    ok = np.isfinite(pred)
+    var = np.var(pred[ok]) if ok.sum() > 1 else 0.0
+    slope = np.cov(pred[ok], y[ok], bias=True)[0, 1] / var if var > 0 else np.nan
     return {"r2": 1 - np.sum(resid**2) / sst, "rmse": float(np.sqrt(np.mean(resid**2))), "slope": float(slope)}
 
 
