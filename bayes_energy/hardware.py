@@ -7,6 +7,10 @@ bandwidth (GB/s) and memory size (GB), with the vendor document each number
 comes from. They are the roofline quantities a model can use as
 hardware-level predictors for GPU types never measured.
 
+Caveat: the values were transcribed from the cited documents without
+checking them against the PDFs in this environment (it has no network);
+verify a row before relying on it. The models do not use the table yet.
+
 Examples
 --------
 >>> specs = load_gpu_specs()
