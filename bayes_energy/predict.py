@@ -31,7 +31,6 @@ import pandas as pd
 from . import DEFAULT_PROB
 from .datasets import KWH_TO_J
 from .models.law import block_mean, curve_log_eta, curve_theta
-from .models.spec import WORKLOAD_KEY as _WORKLOAD_KEY  # noqa: F401  (used by report.py)
 from .models.spec import ModelSpec, group_keys
 from .schema import POST_RUN, SchemaError, STRATEGIES
 
