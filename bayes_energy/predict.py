@@ -31,7 +31,7 @@ import pandas as pd
 from . import DEFAULT_PROB
 from .datasets import KWH_TO_J
 from .models.law import block_mean, curve_log_eta, curve_theta
-from .models.spec import ModelSpec, group_keys
+from .models.spec import ModelSpec, cell_labels, group_keys
 from .schema import POST_RUN, SchemaError, STRATEGIES
 
 __all__ = ["predict", "predict_draws", "PRE_RUN_COLUMNS", "NewLevelWarning"]
@@ -53,7 +53,7 @@ def _posterior_arrays(idata, n_draws: int | None, rng: np.random.Generator) -> d
     take = np.arange(n) if n_draws is None or n_draws >= n else np.sort(rng.choice(n, n_draws, replace=False))
     out = {}
     for name, da in post.data_vars.items():
-        if name.endswith(("_z", "_c", "_free", "_log__")) or name == "log_eta_curve":
+        if name.endswith(("_z", "_free", "_log__")) or name == "log_eta_curve":
             continue
         arr = da.stack(sample=("chain", "draw")).transpose("sample", ...).to_numpy()
         out[name] = arr[take]
@@ -100,7 +100,7 @@ def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rn
     ncell = len(spec.coords["cell"])
     n_new_cells = int(max(A["cell_idx"].max() + 1 - ncell, 0))
     if n_new_cells:
-        new = sorted(set((configs["hardware"].astype(str) + "|" + configs["family"].astype(str))[A["cell_idx"] >= ncell]))
+        new = sorted(set(cell_labels(configs)[A["cell_idx"] >= ncell]))
         if spec.config["pooling"] != "partial":
             raise ValueError(
                 f"the {spec.name} model has no population distribution for unseen hardware x family cells "

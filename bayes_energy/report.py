@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from . import DEFAULT_PROB, __version__
+from .models.spec import cell_labels
 
 __all__ = ["write_report", "coverage", "PAGE_TITLES", "COEF_LABELS"]
 
@@ -495,7 +496,7 @@ def _page_ppc(pdf, f: _Fit) -> None:
 # ---------------------------------------------------------------------------- page 6
 def _representative_z(f: _Fit, cell: str, strategy: str) -> np.ndarray:
     df = f.table
-    cells = df["hardware"].astype(str) + "|" + df["family"].astype(str)
+    cells = cell_labels(df)
     rows = df[(cells == cell) & (df["strategy"] == strategy)]
     if rows.empty:
         rows = df[cells == cell]
@@ -528,7 +529,7 @@ def _page_curves(pdf, f: _Fit) -> None:
                 "linear speedup. Grey panels: strategy not measured in that cell (population curve).")
     nr, nc = max(len(cells), 1), max(len(strategies), 1)
     gs = fig.add_gridspec(nr, nc, left=0.07, right=0.97, top=0.82, bottom=0.07, hspace=0.55, wspace=0.22)
-    cell_of = df["hardware"].astype(str) + "|" + df["family"].astype(str)
+    cell_of = cell_labels(df)
     for i, cell in enumerate(cells):
         for j, s in enumerate(strategies):
             ax = fig.add_subplot(gs[i, j])
@@ -557,7 +558,7 @@ def _page_curves(pdf, f: _Fit) -> None:
 def representative_workload(f: _Fit, cell: str) -> pd.DataFrame:
     """The configuration family of a cell measured with the most strategies and device counts."""
     df = f.table
-    cell_of = df["hardware"].astype(str) + "|" + df["family"].astype(str)
+    cell_of = cell_labels(df)
     rows = df[cell_of == cell]
     from .models.spec import group_keys
 
@@ -591,7 +592,7 @@ def _page_device_count(pdf, f: _Fit) -> None:
             else float(rows["tokens"].mean())
         draws = predict_draws(f.idata, cands, seed=7)
         r0 = rows.iloc[0]
-        cell_rows = df[(df["hardware"].astype(str) + "|" + df["family"].astype(str)) == cell]
+        cell_rows = df[cell_labels(df) == cell]
         measured = set(cell_rows["strategy"])
         en, eu = _energy_unit(rows["energy_j"])
         for i, (var, scale, label) in enumerate((("log_energy_j", 1 / eu, f"energy ({en})"), ("log_time_s", 1.0, "time (s)"))):
@@ -749,7 +750,7 @@ def example_plan(f: _Fit):
     from .plan import Workload, evaluate, plan
 
     df = f.table
-    cell_of = df["hardware"].astype(str) + "|" + df["family"].astype(str)
+    cell_of = cell_labels(df)
     n_strat = df.groupby(cell_of)["strategy"].nunique()
     cell = n_strat.index[np.argmax(n_strat.to_numpy())]
     rows = df[cell_of == cell]

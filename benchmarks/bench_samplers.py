@@ -19,7 +19,6 @@ import time
 import warnings
 from pathlib import Path
 
-import arviz as az
 import pandas as pd
 import pymc as pm
 

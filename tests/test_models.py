@@ -1,7 +1,6 @@
 """Model specification, the shared law, priors and the OLS law (no MCMC here)."""
 
 import numpy as np
-import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
 import pytest

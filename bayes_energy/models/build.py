@@ -120,11 +120,8 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
                 tau_u = pm.HalfNormal(f"{b}_u_tau", sigma=pri["tau_group"])
                 # ~3 rows per configuration family and slopes that compete with it:
                 # weak data per level, so non-centred (a centred form stuck at tau -> 0)
-                if cfg.get("group_centred"):
-                    P[f"{b}_u"] = pm.Normal(f"{b}_u", 0.0, tau_u, dims="group")
-                else:
-                    z = pm.Normal(f"{b}_u_z", 0.0, 1.0, dims="group")
-                    P[f"{b}_u"] = pm.Deterministic(f"{b}_u", z * tau_u, dims="group")
+                z = pm.Normal(f"{b}_u_z", 0.0, 1.0, dims="group")
+                P[f"{b}_u"] = pm.Deterministic(f"{b}_u", z * tau_u, dims="group")
 
         curve_mu_prior = np.asarray([m for _, (_, _, means) in CURVES.items() for m in means])
         curve_mu = pm.Normal("curve_mu", mu=curve_mu_prior, sigma=pri["curve_mu_sigma"], dims="curve_param")

@@ -15,7 +15,6 @@ import json
 import warnings
 
 import arviz as az
-import numpy as np
 import pandas as pd
 import pymc as pm
 import xarray as xr

@@ -24,7 +24,7 @@ import pandas as pd
 from ..proxies import add_proxies
 from ..schema import STRATEGIES
 
-__all__ = ["ModelSpec", "LAW_FEATURES", "EXTRA_FEATURES", "CURVE_FEATURES", "design_frame", "CURVE_OF"]
+__all__ = ["ModelSpec", "LAW_FEATURES", "EXTRA_FEATURES", "CURVE_FEATURES", "design_frame", "CURVE_OF", "cell_labels"]
 
 #: Features of the paper's law, in order (the slopes are alpha_C, alpha_M, alpha_eta).
 LAW_FEATURES = ("log_compute", "log_memory", "log_eta")
@@ -36,7 +36,7 @@ CURVE_FEATURES = ("log_params", "log_tokens", "log_seq_len", "log_batch")
 CURVE_OF = {"single": 0, "ddp": 1, "fsdp": 1, "tp": 2}
 
 
-def _cells(df: pd.DataFrame) -> pd.Series:
+def cell_labels(df: pd.DataFrame) -> pd.Series:
     """Hardware x family cell labels, ``"<hardware>|<family>"``."""
     return df["hardware"].astype(str) + "|" + df["family"].astype(str)
 
@@ -128,7 +128,7 @@ class ModelSpec:
             "hardware": levels.get("hardware") or sorted(df["hardware"].unique().tolist()),
             "family": levels.get("family") or sorted(df["family"].unique().tolist()),
             "strategy": levels.get("strategy") or (["single"] + [s for s in have if s != "single"]),
-            "cell": levels.get("cell") or sorted(_cells(df).unique().tolist()),
+            "cell": levels.get("cell") or sorted(cell_labels(df).unique().tolist()),
             "group": levels.get("group") or sorted(group_keys(df).unique().tolist()),
         }
         if "single" not in cfg["levels"]["strategy"]:
@@ -211,7 +211,7 @@ class ModelSpec:
         X = np.nan_to_num(X, nan=0.0)  # unknown efficiency: the law takes it from the curves
         Z = np.column_stack([(x[f].to_numpy() - c[f]) / s[f] for f in CURVE_FEATURES])
         strat = df["strategy"].astype(str)
-        cell_idx = self.index_of("cell", _cells(df), allow_new)
+        cell_idx = self.index_of("cell", cell_labels(df), allow_new)
         n_cells = len(self.config["levels"]["cell"])
         out: dict[str, np.ndarray] = {
             "X": X,
