@@ -1,7 +1,7 @@
 """Simulated sweep tables from known parameters or prior draws.
 
 The simulator uses the model's own law (:mod:`bayes_energy.models.law`):
-the same ``curve_theta``, ``curve_log_eta`` and ``block_mean`` that the PyMC
+the same ``log_eta_from_curves`` and ``block_mean`` that the PyMC
 model and :mod:`bayes_energy.predict` evaluate. One replication:
 
 1. the log efficiency of every multi-device row is drawn from its speedup
@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .models import default_config
-from .models.law import block_mean, curve_log_eta, curve_theta
+from .models.law import block_mean, log_eta_from_curves
 from .models.spec import ModelSpec
 from .schema import validate
 
@@ -127,8 +127,7 @@ def simulate_from_params(design: pd.DataFrame, spec: ModelSpec, params: dict, se
     A = spec.arrays(design)
     if "group_idx" in A:
         A["group_idx"] = spec.index_of("group", design["group"], allow_new=False)
-    theta = curve_theta(P, A, np)
-    log_eta = curve_log_eta(A["n_gpus"], A["curve"], theta, np)
+    log_eta = log_eta_from_curves(P, A, np)
     multi = (A["curve"] > 0) & (A["n_gpus"] > 1)
     eta_sigma = np.atleast_1d(P["eta_sigma"])[np.maximum(A["strategy_idx"] - 1, 0)]
     log_eta = np.where(multi, log_eta + eta_sigma * rng.standard_normal(len(design)), 0.0)

@@ -273,7 +273,7 @@ def energy_loc_scale(idata, configs: pd.DataFrame, mode: str, seed: int):
     """
     from bayes_energy import predict as bp
     from bayes_energy.models.io import load_spec
-    from bayes_energy.models.law import block_mean, curve_log_eta, curve_theta
+    from bayes_energy.models.law import block_mean, log_eta_from_curves
 
     rng = np.random.default_rng(seed)
     spec = load_spec(idata)
@@ -288,8 +288,7 @@ def energy_loc_scale(idata, configs: pd.DataFrame, mode: str, seed: int):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bp.NewLevelWarning)
         bp._add_new_levels(P, spec, A, cands, rng)
-    theta = curve_theta(P, A, np)
-    log_eta = curve_log_eta(A["n_gpus"], A["curve"], theta, np)
+    log_eta = log_eta_from_curves(P, A, np)
     if eff is not None:
         log_eta = np.broadcast_to(np.log(eff), log_eta.shape)
     else:

@@ -8,7 +8,12 @@ import pytest
 from bayes_energy.datasets import load_mayaki2026
 from bayes_energy.models import default_config
 from bayes_energy.models.build import build_model, model_data
-from bayes_energy.models.law import block_mean, curve_log_eta, curve_theta
+from bayes_energy.models.law import (
+    block_mean,
+    curve_log_eta,
+    curve_theta,
+    log_eta_from_curves,
+)
 from bayes_energy.models.ols import fit_ols
 from bayes_energy.models.spec import ModelSpec
 from tests._data import mayaki_path
@@ -53,7 +58,7 @@ def test_numpy_and_pytensor_law_agree(spec, table):
         "curve_cell": rng.normal(size=(ncell, 4)) * 0.5,
         "curve_beta": rng.normal(size=(len(spec.coords["curve_coef"]), 4)) * 0.2,
     }
-    eta_np = curve_log_eta(A["n_gpus"], A["curve"], curve_theta(P, A, np), np)
+    eta_np = log_eta_from_curves(P, A, np)
     mu_np = block_mean(P, "E", A, eta_np, np)
     Pt = {k: pt.constant(v) for k, v in P.items()}
     At = {k: pt.constant(v) for k, v in A.items() if isinstance(v, np.ndarray)}
@@ -61,10 +66,17 @@ def test_numpy_and_pytensor_law_agree(spec, table):
     mu_pt = block_mean(Pt, "E", At, eta_pt, pt)
     np.testing.assert_allclose(eta_pt.eval(), eta_np, rtol=1e-10)
     np.testing.assert_allclose(mu_pt.eval(), mu_np, rtol=1e-10)
-    # with a leading sample axis, numpy gives the same per-sample answer
-    P2 = {k: np.stack([v, v]) for k, v in P.items()}
-    mu2 = block_mean(P2, "E", A, np.stack([eta_np, eta_np]), np)
-    np.testing.assert_allclose(mu2[1], mu_np)
+    # posterior draws (leading sample axis, the fast per-cell path), in float64 and in the float32 of predict()
+    P2 = {k: np.stack([v, 0.5 * v, v]) for k, v in P.items()}
+    for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
+        Pd = {k: v.astype(dtype) for k, v in P2.items()}
+        eta2 = log_eta_from_curves(Pd, A, np)
+        mu2 = block_mean(Pd, "E", A, eta2, np)
+        assert eta2.dtype == dtype and mu2.dtype == dtype
+        np.testing.assert_allclose(eta2[2], eta_np, rtol=tol, atol=tol)
+        np.testing.assert_allclose(mu2[2], mu_np, rtol=tol, atol=tol)
+        half = {k: v[1] for k, v in P2.items()}
+        np.testing.assert_allclose(mu2[1], block_mean(half, "E", A, log_eta_from_curves(half, A, np), np), rtol=tol, atol=tol)
 
 
 def test_speedup_curves_shape():

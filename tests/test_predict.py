@@ -28,6 +28,8 @@ def test_check_candidates_names_the_bad_cell():
         check_candidates(_candidate(n_gpus=0))
     with pytest.raises(SchemaError, match="column 'strategy'.*'zero3'"):
         check_candidates(_candidate(strategy="zero3"))
+    with pytest.raises(SchemaError, match="no candidate rows"):
+        check_candidates(_candidate().iloc[:0])
     ok = check_candidates(_candidate(energy_j=5.0, strategy="FSDP"))
     assert "energy_j" not in ok.columns and ok["strategy"].iloc[0] == "fsdp" and ok["grad_accum"].iloc[0] == 1
 
@@ -123,3 +125,19 @@ def test_predict_cli(small_fit, small_fit_dir, tmp_path, isolated_env):
     assert r.returncode == 0, r.stderr
     pred = pd.read_csv(out)
     assert len(pred) == 5 and {"energy_j_lo", "energy_kwh_median", "time_s_hi", "prob"} <= set(pred.columns)
+
+
+@pytest.mark.slow
+def test_predict_is_reproducible_whatever_the_thread_count(small_fit, monkeypatch):
+    """One seed, one answer: chunks have their own random streams; the summaries are those of the draws."""
+    import bayes_energy.predict as bp
+
+    idata, table = small_fit
+    runs = table.sample(4000, replace=True, random_state=4)  # 3 chunks of 1747 at 300 draws
+    monkeypatch.setattr(bp, "_workers", lambda: 2)
+    two, draws = predict(idata, runs, seed=5, return_draws=True)
+    monkeypatch.setattr(bp, "_workers", lambda: 1)
+    one = predict(idata, runs, seed=5)
+    pd.testing.assert_frame_equal(one, two)
+    again = summarize_draws(draws["log_energy_j"], 0.9, "energy_j", log=True)
+    np.testing.assert_allclose(again.to_numpy(), two[list(again.columns)].to_numpy(), rtol=1e-6)

@@ -14,7 +14,7 @@ import pymc as pm
 import pytensor.tensor as pt
 
 from .curves import CURVES
-from .law import ETA_COLUMN, block_mean, curve_log_eta, curve_theta
+from .law import ETA_COLUMN, block_mean, log_eta_from_curves
 from .spec import ModelSpec
 
 __all__ = ["build_model", "model_data", "BLOCKS"]
@@ -136,8 +136,7 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
             full = pt.zeros((len(coords["curve_coef"]), 4))
             full = pt.set_subtensor(full[:, [0, 2]], main)
             P["curve_beta"] = pm.Deterministic("curve_beta", full, dims=("curve_coef", "curve_param"))
-        theta = curve_theta(P, A, pt)
-        eta_curve = pm.Deterministic("log_eta_curve", curve_log_eta(A["n_gpus"], A["curve"], theta, pt), dims="run")
+        eta_curve = pm.Deterministic("log_eta_curve", log_eta_from_curves(P, A, pt), dims="run")
         eta_sigma = pm.HalfNormal("eta_sigma", sigma=pri["eta_sigma"], dims="strategy_multi")
         rows = A["curve_rows"]
         pm.Normal(

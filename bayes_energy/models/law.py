@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .curves import CURVES
 from .curves import log_eta as curve_log_eta
 from .spec import LAW_FEATURES
 
-__all__ = ["block_mean", "curve_theta", "curve_log_eta", "ETA_COLUMN"]
+__all__ = ["block_mean", "curve_theta", "curve_log_eta", "log_eta_from_curves", "ETA_COLUMN"]
 
 #: Column of ``log_eta`` in the design matrix ``X`` (after the intercept).
 ETA_COLUMN = 1 + LAW_FEATURES.index("log_eta")
@@ -54,21 +55,13 @@ def block_mean(P, b, A, log_eta, m):
     """
     beta = P[f"{b}_beta"]
     X = A["X"]
-    onehot = A["cell_onehot"]  # (run, cell)
     if m is np and beta.ndim == 3:
-        # posterior draws: one BLAS product per cell, (sample, coef) @ (coef, run_in_cell)
-        mu = np.empty(beta.shape[:1] + X.shape[:1])
-        slope_eta = np.empty_like(mu)
-        cells = A["cell_idx"]
-        for c in np.unique(cells):
-            rows = np.flatnonzero(cells == c)
-            mu[:, rows] = beta[:, c, :] @ X[rows].T
-            slope_eta[:, rows] = beta[:, c, ETA_COLUMN][:, None]
-    else:
-        # X @ beta^T gives every run's mean under every cell; the one-hot picks its own
-        per_cell = m.matmul(X, m.swapaxes(beta, -1, -2))
-        mu = m.sum(per_cell * onehot, axis=-1)
-        slope_eta = m.matmul(beta[..., ETA_COLUMN], m.swapaxes(onehot, -1, -2))
+        return _block_mean_draws(P, b, A, log_eta)
+    onehot = A["cell_onehot"]  # (run, cell)
+    # X @ beta^T gives every run's mean under every cell; the one-hot picks its own
+    per_cell = m.matmul(X, m.swapaxes(beta, -1, -2))
+    mu = m.sum(per_cell * onehot, axis=-1)
+    slope_eta = m.matmul(beta[..., ETA_COLUMN], m.swapaxes(onehot, -1, -2))
     mu = mu + slope_eta * (log_eta - X[:, ETA_COLUMN])
     mu = mu + m.take(P[f"{b}_psi"], A["strategy_idx"], axis=-1)
     if f"{b}_psi_cell" in P:
@@ -79,6 +72,68 @@ def block_mean(P, b, A, log_eta, m):
     if f"{b}_u" in P and "group_idx" in A:
         mu = mu + m.take(P[f"{b}_u"], A["group_idx"], axis=-1)
     return mu
+
+
+def _runs_of(index, value):
+    """Positions where ``index == value``: a slice when they are contiguous (sorted input), else an array."""
+    rows = np.flatnonzero(index == value)
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
+def _block_mean_draws(P, b, A, log_eta):
+    """:func:`block_mean` for posterior draws (sample, ...) in numpy, one pass per cell.
+
+    Each cell's runs get one BLAS product (sample, coef) @ (coef, run) with
+    the efficiency column replaced by ``log_eta``, plus the strategy offsets
+    of that cell. Keeps the dtype of the draws (float32 in predictions).
+    """
+    beta = P[f"{b}_beta"]
+    X = A["X"].astype(beta.dtype, copy=True)
+    X[:, ETA_COLUMN] = 0.0  # the law's efficiency term comes from log_eta below
+    psi = P[f"{b}_psi"][:, None, :]
+    offset = psi + P[f"{b}_psi_cell"] if f"{b}_psi_cell" in P else np.broadcast_to(psi, beta.shape[:2] + psi.shape[-1:])
+    cells, strat = A["cell_idx"], A["strategy_idx"]
+    mu = np.empty(beta.shape[:1] + X.shape[:1], dtype=beta.dtype)
+    for c in np.unique(cells):
+        rows = _runs_of(cells, c)
+        mu[:, rows] = beta[:, c, :] @ X[rows].T
+        mu[:, rows] += beta[:, c, ETA_COLUMN][:, None] * log_eta[:, rows]
+        mu[:, rows] += offset[:, c, :][:, strat[rows]]
+    if f"{b}_u" in P and "group_idx" in A:
+        mu += np.take(P[f"{b}_u"], A["group_idx"], axis=-1)
+    return mu
+
+
+def log_eta_from_curves(P, A, m):
+    """Log efficiency of each run from its strategy's speedup curve.
+
+    The same as ``curve_log_eta(A["n_gpus"], A["curve"], curve_theta(P, A, m), m)``;
+    with numpy it forms each curve's two parameters only on that curve's runs,
+    one (sample, run) slab each, instead of all four on every run.
+    """
+    if m is not np:
+        return curve_log_eta(A["n_gpus"], A["curve"], curve_theta(P, A, m), m)
+    cell = P["curve_cell"]  # (..., cell, param)
+    beta = P.get("curve_beta")  # (..., curve_coef, param)
+    n, curve, cells = A["n_gpus"], A["curve"], A["cell_idx"]
+    out = np.zeros(cell.shape[:-2] + n.shape, dtype=cell.dtype)
+    first = 0
+    for kind, (fn, names, _) in enumerate(CURVES.values(), start=1):
+        rows = _runs_of(curve, kind)
+        params = range(first, first + len(names))
+        first += len(names)
+        if isinstance(rows, np.ndarray) and not rows.size:
+            continue
+        theta = []
+        for p in params:
+            t = cell[..., cells[rows], p]
+            if beta is not None:
+                t = t + beta[..., :, p] @ A["Z"][rows].T.astype(cell.dtype)
+            theta.append(t)
+        out[..., rows] = fn(n[rows].astype(cell.dtype), *theta, np)
+    return out
 
 
 def curve_theta(P, A, m):
