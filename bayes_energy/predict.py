@@ -110,28 +110,60 @@ def _extend(P: dict, name: str, n_new: int, centre, scale, rng, axis: int) -> No
     P[name] = np.concatenate([arr, new], axis=axis)
 
 
+def _new_cell_draws(P: dict, spec: ModelSpec, name: str, labels: list[str], centre, tau, k: int, rng) -> np.ndarray:
+    """Draws of the cell effect ``name`` for unseen cells ``labels``: (sample, new cell, k).
+
+    Without crossing: ``centre + N(0, tau^2)``. Crossed (``{name}_hw`` in the
+    posterior): ``centre + a_h + b_f + N(0, s_cell tau^2)`` with the posterior
+    draws of a known hardware's or family's effect, and one population draw
+    per new hardware or family, shared by all its cells.
+    """
+    S = P["E_sigma"].shape[0]
+    tau = np.broadcast_to(np.asarray(tau, float), (k,))
+    if f"{name}_hw" not in P:
+        return centre + rng.standard_normal((S, len(labels), k)) * tau
+    s_hw, s_fam, s_cell = spec.config["priors"]["cell_shares"]
+    out = centre + rng.standard_normal((S, len(labels), k)) * tau * np.sqrt(s_cell)
+    for dim, suffix, share, pos in (("hardware", "_hw", s_hw, 0), ("family", "_fam", s_fam, 1)):
+        known = {v: i for i, v in enumerate(spec.config["levels"][dim])}
+        fresh: dict[str, np.ndarray] = {}
+        for j, label in enumerate(labels):
+            level = label.rsplit("|", 1)[pos]
+            if level in known:
+                out[:, j, :] += P[name + suffix][:, known[level], :]
+            else:
+                out[:, j, :] += fresh.setdefault(level, rng.standard_normal((S, k)) * tau * np.sqrt(share))
+    return out
+
+
 def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rng) -> None:
     ncell = len(spec.coords["cell"])
     n_new_cells = int(max(A["cell_idx"].max() + 1 - ncell, 0))
     if n_new_cells:
-        new = sorted(set(cell_labels(configs)[A["cell_idx"] >= ncell]))
+        new = sorted(set(cell_labels(configs)[A["cell_idx"] >= ncell]))  # the order of their codes
         if spec.config["pooling"] != "partial":
             raise ValueError(
                 f"the {spec.name} model has no population distribution for unseen hardware x family cells "
                 f"({', '.join(new)}); fit the hierarchical model to predict them"
             )
-        warnings.warn(
-            f"hardware x family {', '.join(new)} not in the training data: predicted from the population "
-            "distribution of cells (wider intervals)", NewLevelWarning, stacklevel=3)
+        how = ("from the effects of its hardware and of its family where they were measured, else from their "
+               "population" if "E_beta_hw" in P else "from the population distribution of cells")
+        warnings.warn(f"hardware x family {', '.join(new)} not in the training data: predicted {how} (wider intervals)",
+                      NewLevelWarning, stacklevel=3)
         pri = spec.config["priors"]
         ncoef = P["E_mu"].shape[-1]
         for b in ("E", "T"):
             tau = np.asarray(pri["tau_coef"])[:ncoef]
-            _extend(P, f"{b}_beta", n_new_cells, P[f"{b}_mu"][:, None, :], tau, rng, axis=1)
+            draws = _new_cell_draws(P, spec, f"{b}_beta", new, P[f"{b}_mu"][:, None, :], tau, ncoef, rng)
+            P[f"{b}_beta"] = np.concatenate([P[f"{b}_beta"], draws], axis=1)
             if f"{b}_psi_cell" in P:
-                _extend(P, f"{b}_psi_cell", n_new_cells, None, pri["tau_psi"], rng, axis=1)
-                P[f"{b}_psi_cell"][:, ncell:, 0] = 0.0  # single stays the reference
-        _extend(P, "curve_cell", n_new_cells, P["curve_mu"][:, None, :], pri["tau_curve"], rng, axis=1)
+                psi = P[f"{b}_psi_cell"]  # (sample, cell, strategy); single stays the reference (0)
+                dev = _new_cell_draws(P, spec, f"{b}_psi_cell_dev", new, 0.0, pri["tau_psi"], psi.shape[-1] - 1, rng)
+                dev = np.concatenate([np.zeros(dev.shape[:2] + (1,)), dev], axis=2)
+                P[f"{b}_psi_cell"] = np.concatenate([psi, dev], axis=1)
+        k = P["curve_cell"].shape[-1]
+        draws = _new_cell_draws(P, spec, "curve_cell", new, P["curve_mu"][:, None, :], pri["tau_curve"], k, rng)
+        P["curve_cell"] = np.concatenate([P["curve_cell"], draws], axis=1)
     if "group_idx" in A and "E_u" in P:
         ngroup = P["E_u"].shape[1]
         n_new = int(max(A["group_idx"].max() + 1 - ngroup, 0))

@@ -288,6 +288,11 @@ def model_paragraph(spec, diag: dict) -> str:
             f"{tau_text}, {pri.get('tau_psi', '?')} for Ψ, {pri.get('tau_curve', '?')} for the curves), so a new cell is "
             "predicted from the population. "
         )
+        if cfg.get("crossed"):
+            shares = pri.get("cell_shares", ["?"] * 3)
+            text += ("Pooling is crossed: each cell effect is a hardware effect plus a family effect plus an interaction "
+                     f"(shares {shares[0]}, {shares[1]} and {shares[2]} of τ²), so a new pairing of a measured GPU and a "
+                     "measured family borrows from both. ")
     else:
         text += "Slopes and strategy effects are shared by all data (complete pooling) with one free intercept per hardware x family cell. "
     if cfg.get("group_effects"):

@@ -24,6 +24,11 @@ Models, all on identical splits:
 
 The extra setting ``new_hw`` leaves one hardware type out (train on the other,
 test on it; single/FSDP rows, families seen in training), one "split" per type.
+``new_cell`` leaves out one hardware x family cell whose hardware and family
+both occur in other cells (on this table: the RTX 2080 Ti x GPT cell, trained
+on A100 x GPT and 2080 Ti x BERT): the case crossed pooling is for.
+``--models hierarchical_crossed`` adds the hierarchical model with crossed
+pooling, for comparison.
 
 Metrics per split: ``r2``, ``rmse``, ``slope`` (of observed on predicted),
 ``cov50``/``cov80``/``cov95``, ``hw95`` (multiplicative half-width of the 95 %
@@ -60,7 +65,14 @@ from bayes_energy.models.spec import design_frame  # noqa: E402
 
 SETTINGS = ("bert", "gpt", "pooled")
 LEVELS = (0.5, 0.8, 0.95)
+#: Bayesian variants: label -> (model, config overrides). ``hierarchical_crossed`` is the
+#: hierarchical model with crossed pooling (hardware + family + interaction effects per
+#: cell); run it with ``--models hierarchical_crossed``.
+BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {}),
+                  "hierarchical_crossed": ("hierarchical", {"crossed": True})}
 BAYES_MODELS = ("pooled", "hierarchical")
+#: Extra settings: a hardware type left out; a hardware x family cell left out.
+EXTRA_SETTINGS = ("new_hw", "new_cell")
 METRICS = ("r2", "rmse", "slope", "cov50", "cov80", "cov95", "hw95", "mlpd", "divergences", "max_rhat")
 GB_FEATURES = ("log_compute", "log_memory", "log_params", "log_tokens", "log_seq_len", "log_batch", "log_n_gpus")
 
@@ -72,7 +84,7 @@ def setting_table(df: pd.DataFrame, setting: str) -> pd.DataFrame:
         out = df[df["family"] == "bert"]
     elif setting == "gpt":
         out = df[(df["family"] == "gpt") & (df["strategy"] != "tp")]
-    elif setting in ("pooled", "new_hw"):
+    elif setting in ("pooled", "new_hw", "new_cell"):
         out = df[df["strategy"] != "tp"]
     else:
         raise ValueError(f"unknown setting {setting!r}")
@@ -225,8 +237,9 @@ class BayesRunner:
         from bayes_energy.models.spec import ModelSpec
 
         self.name, self.draws, self.tune, self.chains = name, draws, tune, chains
-        self.config = default_config(name)
-        spec = ModelSpec.from_table(full, name, self.config)
+        self.model, overrides = BAYES_VARIANTS[name]
+        self.config = default_config(self.model, overrides)
+        spec = ModelSpec.from_table(full, self.model, self.config)
         self.levels = spec.config["levels"]
         t0 = time.perf_counter()
         model = build_model(spec, full)
@@ -245,7 +258,7 @@ class BayesRunner:
             TARGET_ACCEPT = 0.8
         from bayes_energy.models.spec import ModelSpec
 
-        spec = ModelSpec.from_table(train, self.name, self.config, levels=self.levels)
+        spec = ModelSpec.from_table(train, self.model, self.config, levels=self.levels)
         # only the pm.Data the compiled graph uses are shared variables
         data = {k: v for k, v in model_data(spec, train).items() if k in self.compiled.shared_data}
         idata = nutpie.sample(self.compiled.with_data(**data), draws=self.draws, tune=self.tune, chains=self.chains,
@@ -365,13 +378,13 @@ def markdown_table(summary: pd.DataFrame) -> str:
 
 def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 300, tune: int = 300,
         chains: int = 2, models: tuple[str, ...] = tuple(POINT_MODELS) + BAYES_MODELS,
-        settings: tuple[str, ...] = SETTINGS + ("new_hw",), out: Path | None = None,
-        data: str | None = None, log=print) -> pd.DataFrame:
+        settings: tuple[str, ...] = SETTINGS + EXTRA_SETTINGS, out: Path | None = None,
+        data: str | None = None, tag: str | None = None, log=print) -> pd.DataFrame:
     """Run the protocol; write ``mayaki2026_seedN.csv`` (+ ``.md`` and per-split rows); return the summary."""
     t_start = time.perf_counter()
     df = load_mayaki2026(data)
     runners = {}
-    for name in BAYES_MODELS:
+    for name in BAYES_VARIANTS:
         if name in models:
             runners[name] = BayesRunner(name, df, draws=draws, tune=tune, chains=chains)
             log(f"compiled {name} in {runners[name].compile_s:.0f} s")
@@ -385,6 +398,13 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
                 fams = set(table["family"].iloc[tr])
                 te = np.flatnonzero((table["hardware"] == hw) & table["family"].isin(fams))
                 splits.append((tr, te))
+        elif setting == "new_cell":
+            # each hardware x family cell whose hardware and family both occur in other cells
+            splits = []
+            for (hw, fam), rows in table.groupby(["hardware", "family"]).groups.items():
+                rest = table.drop(index=rows)
+                if hw in set(rest["hardware"]) and fam in set(rest["family"]):
+                    splits.append((table.index.difference(rows).to_numpy(), np.asarray(rows)))
         else:
             splits = grouped_splits(table, n_splits, seed)
         for i, (tr, te) in enumerate(splits):
@@ -393,12 +413,12 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
             results = {}
             for name in models:
                 if name in POINT_MODELS:
-                    if setting == "new_hw" and name.startswith("gb"):
+                    if setting in EXTRA_SETTINGS and name.startswith("gb"):
                         continue  # unseen category: not a meaningful anchor
                     results[name] = evaluate_point(name, train, test, seed + i)
                 elif name in runners:
-                    if setting == "new_hw" and name == "pooled":
-                        continue  # no population distribution for new hardware
+                    if setting in EXTRA_SETTINGS and name == "pooled":
+                        continue  # no population distribution for new hardware x family cells
                     results.update(evaluate_bayes(runners[name], train, test, seed + i))
             for name, m in results.items():
                 records.append({"setting": setting, "split": i, "model": name, "n_train": len(train),
@@ -412,7 +432,7 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
     wall = time.perf_counter() - t_start
     out = Path(out) if out is not None else RESULTS
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"mayaki2026_seed{seed}" + ("_quick" if quick else "")
+    stem = f"mayaki2026_seed{seed}" + ("_quick" if quick else "") + (f"_{tag}" if tag else "")
     summary.to_csv(out / f"{stem}.csv", index=False, float_format="%.5g")
     rows.to_csv(out / f"{stem}_splits.csv", index=False, float_format="%.5g")
     conf = (f"seed {seed}; {summary['n_splits'].max()} splits per setting; Bayesian fits: {chains} chains x "
@@ -421,7 +441,8 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
     (out / f"{stem}.md").write_text(
         f"# Mayaki (2026) grouped cross-validation, {conf}\n\n"
         "Median [interquartile range] over splits; held-out rows, ln kWh. `hw95`: multiplicative "
-        "half-width of the 95 % interval. `new_hw`: one hardware type left out (one split each).\n\n"
+        "half-width of the 95 % interval. `new_hw`: one hardware type left out (one split each). "
+        "`new_cell`: one hardware x family cell left out whose hardware and family occur in other cells.\n\n"
         + markdown_table(summary))
     log(f"wrote {out / (stem + '.csv')} ({wall:.0f} s)")
     return summary
@@ -442,15 +463,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tune", type=int, default=300)
     p.add_argument("--chains", type=int, default=2)
     p.add_argument("--models", default=",".join(tuple(POINT_MODELS) + BAYES_MODELS))
-    p.add_argument("--settings", default=",".join(SETTINGS + ("new_hw",)))
+    p.add_argument("--settings", default=",".join(SETTINGS + EXTRA_SETTINGS))
     p.add_argument("--out", default=None, help="output folder (default benchmarks/results)")
     p.add_argument("--data", default=None, help="the authors' CSV or its folder (default: see find_mayaki2026)")
+    p.add_argument("--tag", default=None, help="suffix of the output files (e.g. an ablation's name)")
     a = p.parse_args(argv)
     if a.quick:
         a.splits, a.draws, a.tune = min(a.splits, 2), min(a.draws, 150), min(a.tune, 150)
     warnings.filterwarnings("ignore", category=FutureWarning)
     run(seed=a.seed, n_splits=a.splits, quick=a.quick, draws=a.draws, tune=a.tune, chains=a.chains,
-        models=tuple(a.models.split(",")), settings=tuple(a.settings.split(",")), out=a.out, data=a.data,
+        models=tuple(a.models.split(",")), settings=tuple(a.settings.split(",")), out=a.out, data=a.data, tag=a.tag,
         log=lambda s: print(s, flush=True))
     return 0
 

@@ -126,3 +126,23 @@ def test_ols_pre_run_needs_no_efficiency(table):
     y = np.log(gpt["energy_j"].to_numpy())
     assert np.corrcoef(pre, y)[0, 1] > 0.8
     assert np.mean((post - y) ** 2) < np.mean((pre - y) ** 2)  # knowing eta helps
+
+
+def test_crossed_pooling_keeps_the_prior_of_a_cell_and_splits_it_by_hardware_and_family(table):
+    """Crossed cells: beta_c = mu + a_hardware + b_family + interaction, with the total prior scale unchanged."""
+    cfg = default_config("hierarchical", {"crossed": True})
+    spec = ModelSpec.from_table(table, "hierarchical", cfg)
+    hw, fam = spec.cell_parents()
+    for c, label in enumerate(spec.coords["cell"]):
+        assert label == f"{spec.coords['hardware'][hw[c]]}|{spec.coords['family'][fam[c]]}"
+    model = build_model(spec, table)
+    assert {"E_beta_hw", "E_beta_fam", "curve_cell_hw", "T_psi_cell_dev_fam"} <= {v.name for v in model.free_RVs}
+    with model:
+        prior = pm.sample_prior_predictive(draws=2000, random_seed=2).prior
+    # deviation of a cell's slope from the population mean: sd tau (0.25) as without crossing
+    dev = (prior["E_beta"] - prior["E_mu"]).sel(coef="log_compute").to_numpy()
+    np.testing.assert_allclose(dev.std(axis=(0, 1)), 0.25, rtol=0.1)
+    # two cells on the same hardware share its effect: their deviations correlate by the hardware share
+    same_hw = [c for c in range(len(hw)) if hw[c] == np.bincount(hw).argmax()]
+    r = np.corrcoef(dev[0, :, same_hw[0]], dev[0, :, same_hw[1]])[0, 1]
+    assert abs(r - cfg["priors"]["cell_shares"][0]) < 0.1

@@ -141,3 +141,29 @@ def test_predict_is_reproducible_whatever_the_thread_count(small_fit, monkeypatc
     pd.testing.assert_frame_equal(one, two)
     again = summarize_draws(draws["log_energy_j"], 0.9, "energy_j", log=True)
     np.testing.assert_allclose(again.to_numpy(), two[list(again.columns)].to_numpy(), rtol=1e-6)
+
+
+def test_crossed_new_cells_borrow_known_hardware_and_family_effects():
+    """A100 x BERT (both seen elsewhere) takes their effects; a new GPU is one draw shared by its cells."""
+    from bayes_energy.datasets import load_mayaki2026
+    from bayes_energy.models import default_config
+    from bayes_energy.models.spec import ModelSpec
+    from bayes_energy.predict import _new_cell_draws
+    from tests._data import mayaki_path
+
+    spec = ModelSpec.from_table(load_mayaki2026(mayaki_path()), "hierarchical", default_config("hierarchical", {"crossed": True}))
+    hw, fam = spec.coords["hardware"], spec.coords["family"]
+    S = 20_000
+    P = {"E_sigma": np.zeros(S),
+         "x_hw": np.broadcast_to(np.arange(len(hw), dtype=float)[None, :, None] + 2.0, (S, len(hw), 1)),
+         "x_fam": np.broadcast_to(-np.arange(len(fam), dtype=float)[None, :, None] - 1.0, (S, len(fam), 1))}
+    a100 = next(h for h in hw if "A100" in h)
+    labels = [f"{a100}|bert", "H100|bert", "H100|gpt"]
+    d = _new_cell_draws(P, spec, "x", labels, 0.0, 1.0, 1, np.random.default_rng(0))[..., 0]
+    s_hw, _, s_cell = spec.config["priors"]["cell_shares"]
+    expected = P["x_hw"][0, hw.index(a100), 0] + P["x_fam"][0, fam.index("bert"), 0]
+    assert abs(d[:, 0].mean() - expected) < 0.02 and abs(d[:, 0].std() - np.sqrt(s_cell)) < 0.02
+    # the two H100 cells share one hardware draw: correlation s_hw / (s_hw + s_cell)
+    r = np.corrcoef(d[:, 1], d[:, 2])[0, 1]
+    assert abs(r - s_hw / (s_hw + s_cell)) < 0.03
+    assert d[:, 1].std() > d[:, 0].std()  # an unseen GPU is less certain than a seen one

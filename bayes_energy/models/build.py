@@ -57,8 +57,22 @@ def _dims(name: str) -> tuple[str, ...]:
     }.get(name, ("run",))
 
 
-def _cell_effects(name, mu, tau, dims):
-    """Cell-level effects ~ Normal(population mean, tau), centred, with tau fixed.
+def _cell_effects(name, mu, tau, dims, parents=None):
+    r"""Cell-level effects ~ Normal(population mean, tau), centred, with tau fixed.
+
+    ``parents`` (crossed pooling, ``config["crossed"]``): ``(hw_idx, fam_idx,
+    shares)``, the hardware and family of each cell and the shares of the
+    between-cell variance. The cell effect is then
+
+    .. math::
+
+        \beta_c \sim \mathcal N(\mu + a_{h[c]} + b_{f[c]},\ s_c\tau^2), \quad
+        a_h \sim \mathcal N(0, s_h\tau^2), \quad b_f \sim \mathcal N(0, s_f\tau^2),
+
+    with :math:`s_h + s_f + s_c = 1`: a cell of new hardware *and* new family
+    has the same prior as without crossing, while a new combination of known
+    hardware and known family (an A100 x BERT cell from A100 x GPT and
+    2080 Ti x BERT) borrows its hardware's and its family's effects.
 
     With two or three hardware x family cells the between-cell scale cannot
     be learned: a free tau sent every parametrisation we tried (centred,
@@ -68,7 +82,12 @@ def _cell_effects(name, mu, tau, dims):
     between an A100 and an RTX 2080 Ti (Mayaki 2026), hence tau ~ 0.25 for slopes.
     Each cell holds 100+ rows, so the centred form suits.
     """
-    return pm.Normal(name, mu=mu, sigma=tau, dims=dims)
+    if parents is None:
+        return pm.Normal(name, mu=mu, sigma=tau, dims=dims)
+    hw_idx, fam_idx, (s_hw, s_fam, s_cell) = parents
+    a = pm.Normal(f"{name}_hw", 0.0, tau * np.sqrt(s_hw), dims=("hardware", dims[1]))
+    b = pm.Normal(f"{name}_fam", 0.0, tau * np.sqrt(s_fam), dims=("family", dims[1]))
+    return pm.Normal(name, mu=mu + a[hw_idx] + b[fam_idx], sigma=tau * np.sqrt(s_cell), dims=dims)
 
 
 def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
@@ -93,6 +112,7 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
     partial = cfg["pooling"] == "partial"
     values = model_data(spec, df)
     coords = dict(spec.coords)
+    parents = (*spec.cell_parents(), tuple(pri["cell_shares"])) if partial and cfg.get("crossed") else None
     with pm.Model(coords=coords) as model:
         D = {k: pm.Data(k, v, dims=_dims(k)) for k, v in values.items()}
         A = dict(D)
@@ -103,7 +123,7 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
                            sigma=np.asarray(pri[f"{b}_mu_sigma"])[:ncoef], dims="coef")
             if partial:
                 tau = np.asarray(pri["tau_coef"])[:ncoef]
-                P[f"{b}_beta"] = _cell_effects(f"{b}_beta", mu[None, :], tau[None, :], ("cell", "coef"))
+                P[f"{b}_beta"] = _cell_effects(f"{b}_beta", mu[None, :], tau[None, :], ("cell", "coef"), parents)
             else:
                 # complete pooling of the slopes; one free intercept per cell
                 icpt = pm.Normal(f"{b}_cell_intercept", 0.0, 1.0, dims="cell")
@@ -113,7 +133,8 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
             P[f"{b}_psi"] = pm.Deterministic(f"{b}_psi", pt.concatenate([pt.zeros(1), psi_free]), dims="strategy")
             if partial:
                 # cell-level strategy effects around the population Psi; single stays 0
-                eff = _cell_effects(f"{b}_psi_cell_dev", psi_free[None, :], pri["tau_psi"], ("cell", "strategy_multi"))
+                eff = _cell_effects(f"{b}_psi_cell_dev", psi_free[None, :], pri["tau_psi"], ("cell", "strategy_multi"),
+                                   parents)
                 full = pt.concatenate([pt.zeros((ncell, 1)), eff - psi_free[None, :]], axis=1)
                 P[f"{b}_psi_cell"] = pm.Deterministic(f"{b}_psi_cell", full, dims=("cell", "strategy"))
             if cfg.get("group_effects") and b == "E":
@@ -126,7 +147,7 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         curve_mu_prior = np.asarray([m for _, (_, _, means) in CURVES.items() for m in means])
         curve_mu = pm.Normal("curve_mu", mu=curve_mu_prior, sigma=pri["curve_mu_sigma"], dims="curve_param")
         if partial:
-            P["curve_cell"] = _cell_effects("curve_cell", curve_mu[None, :], pri["tau_curve"], ("cell", "curve_param"))
+            P["curve_cell"] = _cell_effects("curve_cell", curve_mu[None, :], pri["tau_curve"], ("cell", "curve_param"), parents)
         else:
             P["curve_cell"] = pm.Deterministic("curve_cell", pt.tile(curve_mu[None, :], (ncell, 1)), dims=("cell", "curve_param"))
         if cfg.get("curve_covariates"):

@@ -176,6 +176,15 @@ class ModelSpec:
             coords["group"] = list(lv["group"])
         return coords
 
+    def cell_parents(self) -> tuple[np.ndarray, np.ndarray]:
+        """Hardware and family index of every cell level (for crossed pooling)."""
+        lv = self.config["levels"]
+        hw = {h: i for i, h in enumerate(lv["hardware"])}
+        fam = {f: i for i, f in enumerate(lv["family"])}
+        pairs = [c.rsplit("|", 1) for c in lv["cell"]]
+        return (np.array([hw[h] for h, _ in pairs], dtype="int64"),
+                np.array([fam[f] for _, f in pairs], dtype="int64"))
+
     # ------------------------------------------------------------------ arrays
     def index_of(self, dim: str, values: pd.Series, allow_new: bool = False) -> np.ndarray:
         """Integer codes of ``values`` in the level list of ``dim``.
