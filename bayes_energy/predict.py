@@ -110,29 +110,29 @@ def _extend(P: dict, name: str, n_new: int, centre, scale, rng, axis: int) -> No
     P[name] = np.concatenate([arr, new], axis=axis)
 
 
-def _new_cell_draws(P: dict, spec: ModelSpec, name: str, labels: list[str], centre, tau, k: int, rng) -> np.ndarray:
-    """Draws of the cell effect ``name`` for unseen cells ``labels``: (sample, new cell, k).
+def _new_cell_draws(P: dict, spec: ModelSpec, name: str, labels: list[str], centre, tau, k, rng) -> np.ndarray:
+    """Draws of the cell effect ``name`` for unseen cells ``labels``: (sample, new cell, *k).
 
     Without crossing: ``centre + N(0, tau^2)``. Crossed (``{name}_hw`` in the
     posterior): ``centre + a_h + b_f + N(0, s_cell tau^2)`` with the posterior
     draws of a known hardware's or family's effect, and one population draw
     per new hardware or family, shared by all its cells.
     """
-    S = P["E_sigma"].shape[0]
-    tau = np.broadcast_to(np.asarray(tau, float), (k,))
+    S, k = P["E_sigma"].shape[0], tuple(np.atleast_1d(k))
+    tau = np.broadcast_to(np.asarray(tau, float), k)
     if f"{name}_hw" not in P:
-        return centre + rng.standard_normal((S, len(labels), k)) * tau
+        return centre + rng.standard_normal((S, len(labels), *k)) * tau
     s_hw, s_fam, s_cell = spec.config["priors"]["cell_shares"]
-    out = centre + rng.standard_normal((S, len(labels), k)) * tau * np.sqrt(s_cell)
+    out = centre + rng.standard_normal((S, len(labels), *k)) * tau * np.sqrt(s_cell)
     for dim, suffix, share, pos in (("hardware", "_hw", s_hw, 0), ("family", "_fam", s_fam, 1)):
         known = {v: i for i, v in enumerate(spec.config["levels"][dim])}
         fresh: dict[str, np.ndarray] = {}
         for j, label in enumerate(labels):
             level = label.rsplit("|", 1)[pos]
             if level in known:
-                out[:, j, :] += P[name + suffix][:, known[level], :]
+                out[:, j] += P[name + suffix][:, known[level]]
             else:
-                out[:, j, :] += fresh.setdefault(level, rng.standard_normal((S, k)) * tau * np.sqrt(share))
+                out[:, j] += fresh.setdefault(level, rng.standard_normal((S, *k)) * tau * np.sqrt(share))
     return out
 
 
@@ -164,6 +164,13 @@ def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rn
         k = P["curve_cell"].shape[-1]
         draws = _new_cell_draws(P, spec, "curve_cell", new, P["curve_mu"][:, None, :], pri["tau_curve"], k, rng)
         P["curve_cell"] = np.concatenate([P["curve_cell"], draws], axis=1)
+        if "curve_beta_cell" in P:  # covariate slopes per cell, around the population's
+            main = P["curve_beta_main"]  # (sample, curve_coef, curve_main)
+            slopes = _new_cell_draws(P, spec, "curve_beta_cell", new, main[:, None], pri["tau_curve_beta"],
+                                     main.shape[1:], rng)
+            full = np.zeros(slopes.shape[:3] + (P["curve_beta"].shape[-1],))
+            full[..., [0, 2]] = slopes  # they move usl_sigma and tp_gain (build.build_model)
+            P["curve_beta"] = np.concatenate([P["curve_beta"], full], axis=1)
     if "group_idx" in A and "E_u" in P:
         ngroup = P["E_u"].shape[1]
         n_new = int(max(A["group_idx"].max() + 1 - ngroup, 0))

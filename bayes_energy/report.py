@@ -303,6 +303,7 @@ def model_paragraph(spec, diag: dict) -> str:
         f"The noise scale is {noise}. Before a run, the efficiency η = S(N)/N comes from speedup curves: Gunther's "
         "universal scalability law for DDP and FSDP and a saturating exponential for tensor parallelism, with "
         "parameters per cell" + (" shifted by the standardised log size covariates (parameters, tokens, sequence length, batch)"
+                                 + (" with slopes per cell" if cfg.get("curve_slopes_by_cell") and partial else "")
                                  if cfg.get("curve_covariates") else "") +
         "; only multi-device runs with a measured single-device partner inform them. Time (ln seconds) has the same "
         "form with its own coefficients plus a regression on the energy residual, so energy and time are drawn jointly. "
@@ -517,7 +518,8 @@ def curve_draws(f: _Fit, cell: str, strategy: str, n: np.ndarray) -> np.ndarray:
     theta = _stack(post["curve_cell"].sel(cell=cell))  # (sample, 4)
     if "curve_beta" in post:
         z = _representative_z(f, cell, strategy)
-        theta = theta + np.einsum("k,skp->sp", z, _stack(post["curve_beta"]))
+        beta = post["curve_beta"].sel(cell=cell) if "cell" in post["curve_beta"].dims else post["curve_beta"]
+        theta = theta + np.einsum("k,skp->sp", z, _stack(beta))
     rows = np.broadcast_to(theta[:, None, :], (theta.shape[0], len(n), theta.shape[-1]))  # one row per device count
     eta = log_eta(n.astype(float), np.full(len(n), CURVE_OF[strategy]), rows, np)
     return n[None, :] * np.exp(eta)

@@ -67,9 +67,11 @@ SETTINGS = ("bert", "gpt", "pooled")
 LEVELS = (0.5, 0.8, 0.95)
 #: Bayesian variants: label -> (model, config overrides). ``hierarchical_crossed`` is the
 #: hierarchical model with crossed pooling (hardware + family + interaction effects per
-#: cell); run it with ``--models hierarchical_crossed``.
+#: cell); run it with ``--models hierarchical_crossed``. ``hierarchical_shared_curves`` shares
+#: the speedup curves' covariate slopes across cells (the model before curve_slopes_by_cell).
 BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {}),
-                  "hierarchical_crossed": ("hierarchical", {"crossed": True})}
+                  "hierarchical_crossed": ("hierarchical", {"crossed": True}),
+                  "hierarchical_shared_curves": ("hierarchical", {"curve_slopes_by_cell": False})}
 BAYES_MODELS = ("pooled", "hierarchical")
 #: Extra settings: a hardware type left out; a hardware x family cell left out.
 EXTRA_SETTINGS = ("new_hw", "new_cell")

@@ -46,17 +46,19 @@ def test_unknown_levels_are_refused_unless_allowed(spec, table):
     assert (A["cell_idx"] >= len(spec.coords["cell"])).all()
 
 
-def test_numpy_and_pytensor_law_agree(spec, table):
+@pytest.mark.parametrize("slopes_by_cell", [False, True], ids=["shared_curve_slopes", "curve_slopes_by_cell"])
+def test_numpy_and_pytensor_law_agree(spec, table, slopes_by_cell):
     """The posterior-predictive path (numpy) computes what the model (PyTensor) does."""
     rng = np.random.default_rng(0)
     A = spec.arrays(table)
     ncell, ncoef, nstrat = len(spec.coords["cell"]), len(spec.coords["coef"]), len(spec.coords["strategy"])
+    ncurve = len(spec.coords["curve_coef"])
     P = {
         "E_beta": rng.normal(size=(ncell, ncoef)) * 0.3,
         "E_psi": rng.normal(size=nstrat),
         "E_psi_cell": rng.normal(size=(ncell, nstrat)) * 0.1,
         "curve_cell": rng.normal(size=(ncell, 4)) * 0.5,
-        "curve_beta": rng.normal(size=(len(spec.coords["curve_coef"]), 4)) * 0.2,
+        "curve_beta": rng.normal(size=(ncell, ncurve, 4) if slopes_by_cell else (ncurve, 4)) * 0.2,
     }
     eta_np = log_eta_from_curves(P, A, np)
     mu_np = block_mean(P, "E", A, eta_np, np)
@@ -136,7 +138,8 @@ def test_crossed_pooling_keeps_the_prior_of_a_cell_and_splits_it_by_hardware_and
     for c, label in enumerate(spec.coords["cell"]):
         assert label == f"{spec.coords['hardware'][hw[c]]}|{spec.coords['family'][fam[c]]}"
     model = build_model(spec, table)
-    assert {"E_beta_hw", "E_beta_fam", "curve_cell_hw", "T_psi_cell_dev_fam"} <= {v.name for v in model.free_RVs}
+    names = {v.name for v in model.free_RVs}
+    assert {"E_beta_hw", "E_beta_fam", "curve_cell_hw", "T_psi_cell_dev_fam", "curve_beta_cell_hw"} <= names
     with model:
         prior = pm.sample_prior_predictive(draws=2000, random_seed=2).prior
     # deviation of a cell's slope from the population mean: sd tau (0.25) as without crossing

@@ -116,7 +116,7 @@ def log_eta_from_curves(P, A, m):
     if m is not np:
         return curve_log_eta(A["n_gpus"], A["curve"], curve_theta(P, A, m), m)
     cell = P["curve_cell"]  # (..., cell, param)
-    beta = P.get("curve_beta")  # (..., curve_coef, param)
+    beta = P.get("curve_beta")  # (..., curve_coef, param), or (..., cell, curve_coef, param)
     n, curve, cells = A["n_gpus"], A["curve"], A["cell_idx"]
     out = np.zeros(cell.shape[:-2] + n.shape, dtype=cell.dtype)
     first = 0
@@ -129,7 +129,11 @@ def log_eta_from_curves(P, A, m):
         theta = []
         for p in params:
             t = cell[..., cells[rows], p]
-            if beta is not None:
+            if beta is not None and beta.ndim > cell.ndim:  # slopes per cell: one product per cell
+                for c in np.unique(cells[rows]):
+                    sub = np.flatnonzero(cells[rows] == c)
+                    t[..., sub] += beta[..., c, :, p] @ A["Z"][rows][sub].T.astype(cell.dtype)
+            elif beta is not None:
                 t = t + beta[..., :, p] @ A["Z"][rows].T.astype(cell.dtype)
             theta.append(t)
         out[..., rows] = fn(n[rows].astype(cell.dtype), *theta, np)
@@ -144,5 +148,9 @@ def curve_theta(P, A, m):
     """
     theta = m.matmul(A["cell_onehot"], P["curve_cell"])
     if "curve_beta" in P:
-        theta = theta + m.matmul(A["Z"], P["curve_beta"])
+        beta = P["curve_beta"]
+        if beta.ndim > P["curve_cell"].ndim:  # per cell (..., cell, curve_coef, param)
+            theta = theta + m.sum(A["Z"][:, :, None] * m.take(beta, A["cell_idx"], axis=-3), axis=-2)
+        else:
+            theta = theta + m.matmul(A["Z"], beta)
     return theta

@@ -38,6 +38,8 @@ PRIORS = {
     "curve_mu_sigma": 1.5,
     "curve_beta_sigma": 0.5,
     "tau_curve": 0.5,
+    # between-cell scale of the curve covariate slopes (hierarchical, curve_slopes_by_cell)
+    "tau_curve_beta": 0.5,
     # crossed pooling: shares of each between-cell variance tau^2 held by the hardware
     # effect, the family effect and the hardware x family interaction (they sum to 1)
     "cell_shares": [0.4, 0.4, 0.2],
