@@ -176,13 +176,31 @@ def candidates(workload: Workload | Mapping, strategies: Sequence[str], n_gpus: 
     return pd.DataFrame(rows)
 
 
+#: Workload sizes whose measured range :func:`evidence` checks, with their labels.
+_RANGE_CHECKED = {"params": "params", "tokens": "tokens", "seq_len": "seq_len", "batch": "batch"}
+
+
+def _workload_sizes(df: pd.DataFrame) -> pd.DataFrame:
+    from .proxies import n_params
+
+    return pd.DataFrame({
+        "params": np.asarray(n_params(df["num_layers"], df["hidden_size"], df["ff"]), float),
+        "tokens": df["tokens"].to_numpy(float),
+        "seq_len": df["seq_len"].to_numpy(float),
+        "batch": np.asarray(df["batch_size"] * df.get("grad_accum", 1), float),
+    }, index=df.index)
+
+
 def evidence(idata, cands: pd.DataFrame) -> list[str]:
     """How close each candidate is to the training data.
 
     ``measured`` (this hardware, family, strategy and device count were
     run), ``new device count``, ``new strategy here`` (the strategy was never
     run on this hardware x family) or ``new hardware/family`` (the cell is
-    predicted from the population of cells).
+    predicted from the population of cells). In a measured cell, a workload
+    outside the range the cell was measured on adds e.g. ``; beyond data:
+    batch 8 < 16, params 5e+08 > 2.8e+08``: the law and the speedup curves
+    are then extrapolated in those sizes, and the intervals only partly say so.
     """
     from .models.io import PosteriorFileError, training_table
 
@@ -191,18 +209,28 @@ def evidence(idata, cands: pd.DataFrame) -> list[str]:
     except PosteriorFileError:
         return ["?"] * len(cands)
     seen = df.groupby(["hardware", "family", "strategy"])["n_gpus"].agg(lambda s: set(s.astype(int))).to_dict()
-    cells = set(zip(df["hardware"].astype(str), df["family"].astype(str)))
+    sizes = _workload_sizes(df).groupby([df["hardware"].astype(str), df["family"].astype(str)]).agg(["min", "max"])
+    wanted = _workload_sizes(cands)
     out = []
-    for r in cands.itertuples():
+    for i, r in enumerate(cands.itertuples()):
         key = (str(r.hardware), str(r.family).lower(), str(r.strategy))
-        if key[:2] not in cells:
+        if key[:2] not in sizes.index:
             out.append("new hardware/family")
-        elif key not in seen:
-            out.append("new strategy here")
+            continue
+        if key not in seen:
+            label = "new strategy here"
         elif int(r.n_gpus) not in seen[key]:
-            out.append("new device count")
+            label = "new device count"
         else:
-            out.append("measured")
+            label = "measured"
+        beyond = []
+        for col, name in _RANGE_CHECKED.items():
+            v, lo, hi = wanted[col].iloc[i], sizes.loc[key[:2], (col, "min")], sizes.loc[key[:2], (col, "max")]
+            if v < lo * (1 - 1e-9):
+                beyond.append(f"{name} {v:.3g} < {lo:.3g}")
+            elif v > hi * (1 + 1e-9):
+                beyond.append(f"{name} {v:.3g} > {hi:.3g}")
+        out.append(label + ("; beyond data: " + ", ".join(beyond) if beyond else ""))
     return out
 
 

@@ -316,11 +316,14 @@ def model_paragraph(spec, diag: dict) -> str:
 
 def _page_model(pdf, f: _Fit) -> None:
     fig = _page(pdf, PAGE_TITLES[1])
+    cfg = f.spec.config
+    group = r" + u_{g[r]}" if cfg.get("group_effects") else ""
+    theta = r"\theta_{c[r]} + z_r^\top\gamma_{c[r]}" if cfg.get("curve_covariates") else r"\theta_{c[r]}"
     eqs = [
         r"$\ln E_r \sim \mathrm{StudentT}\left(\nu,\ \mu_r,\ \sigma_{s[r]}\right)$",
         r"$\mu_r = \beta_{c[r],0} + \alpha_{C,c}\ln C_r + \alpha_{M,c}\ln M_r + \alpha_{\eta,c}\ln\eta_r"
-        r" + \ldots + \Psi_{s[r]} + \Psi_{c[r],s[r]} + u_{g[r]}$",
-        r"$\ln\eta_r = \ln S(N_r;\theta_{c[r]}) - \ln N_r,\qquad S_{USL}(N) = N / (1 + \sigma(N-1) + \kappa N(N-1))$",
+        r" + \ldots + \Psi_{s[r]} + \Psi_{c[r],s[r]}" + group + "$",
+        r"$\ln\eta_r = \ln S(N_r;\ " + theta + r") - \ln N_r,\qquad S_{USL}(N) = N / (1 + \sigma(N-1) + \kappa N(N-1))$",
         r"$\ln T_r \sim \mathrm{StudentT}\left(\nu_T,\ \mu^T_r + \lambda\,(\ln E_r - \mu_r),\ \sigma^T_{s[r]}\right)$",
     ]
     for i, eq in enumerate(eqs):

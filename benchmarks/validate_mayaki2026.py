@@ -68,10 +68,12 @@ LEVELS = (0.5, 0.8, 0.95)
 #: Bayesian variants: label -> (model, config overrides). ``hierarchical_crossed`` is the
 #: hierarchical model with crossed pooling (hardware + family + interaction effects per
 #: cell); run it with ``--models hierarchical_crossed``. ``hierarchical_shared_curves`` shares
-#: the speedup curves' covariate slopes across cells (the model before curve_slopes_by_cell).
+#: the speedup curves' covariate slopes across cells (the model before curve_slopes_by_cell);
+#: ``hierarchical_wide_curves`` lets them vary twice as much between cells (tau_curve_beta 0.5).
 BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {}),
                   "hierarchical_crossed": ("hierarchical", {"crossed": True}),
-                  "hierarchical_shared_curves": ("hierarchical", {"curve_slopes_by_cell": False})}
+                  "hierarchical_shared_curves": ("hierarchical", {"curve_slopes_by_cell": False}),
+                  "hierarchical_wide_curves": ("hierarchical", {"priors": {"tau_curve_beta": 0.5}})}
 BAYES_MODELS = ("pooled", "hierarchical")
 #: Extra settings: a hardware type left out; a hardware x family cell left out.
 EXTRA_SETTINGS = ("new_hw", "new_cell")

@@ -36,6 +36,9 @@ def test_notebook_is_committed_with_outputs_and_holds_no_model_code(path):
     for forbidden in ("import pymc", "pm.Model", "pm.sample", "import pytensor"):
         assert forbidden not in source, f"{path.name}: model code belongs in the package ({forbidden})"
     assert "import bayes_energy" in source or "from bayes_energy" in source
+    if "plt." in source:  # figures are saved in the notebook (not lost to a non-inline backend)
+        assert any("image/png" in o.get("data", {}) for c in code for o in c.get("outputs", [])), \
+            f"{path.name}: no figure in the committed outputs; execute it with the inline backend"
 
 
 @pytest.mark.slow

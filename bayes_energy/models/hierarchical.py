@@ -30,12 +30,12 @@ Speedup curves: USL for FSDP/DDP, saturating exponential for TP
 (:mod:`bayes_energy.models.curves`); covariates :math:`z_r` (standardised
 log parameters, tokens, sequence length, batch) move the USL contention and
 the TP ceiling, with slopes :math:`\gamma_{cp}` per cell around population
-slopes :math:`\gamma_p \sim \mathcal N(0, 0.5^2)` (``tau_curve_beta`` = 0.5;
+slopes :math:`\gamma_p \sim \mathcal N(0, 0.5^2)` (``tau_curve_beta`` = 0.25;
 ``curve_slopes_by_cell``). Per cell the efficiency responds to the
 covariates differently (sequence length lowers it on the 2080 Ti x BERT cell
 and raises it on the others); shared slopes left the 2080 Ti x BERT FSDP
 efficiency unexplained. In grouped cross-validation (20 splits, pooled
-setting) per-cell slopes lift the pre-run R² from 0.928 to 0.941 and the mean
+setting) per-cell slopes lift the pre-run R² from 0.928 to 0.943 and the mean
 log predictive density from -0.02 to 0.12, with intervals x1.62 instead of
 x1.76 wide at the same 95 % coverage (0.95). Only multi-device rows with a measured single-device partner
 inform the curves; single-device rows have :math:`\eta = 1` by definition.
