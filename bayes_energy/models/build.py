@@ -157,7 +157,8 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
             if partial and cfg.get("curve_slopes_by_cell"):
                 # each cell's curve responds to the covariates in its own way, pooled towards the population
                 # (per cell, least squares of ln eta on the covariates reach 2-5x lower error than shared slopes)
-                main = _cell_effects("curve_beta_cell", main[None], pri["tau_curve_beta"], ("cell", "curve_coef", "curve_main"))
+                main = _cell_effects("curve_beta_cell", main[None], pri["tau_curve_beta"], ("cell", "curve_coef", "curve_main"),
+                                     parents)
                 full = pt.zeros((ncell, len(coords["curve_coef"]), 4))
                 full = pt.set_subtensor(full[:, :, [0, 2]], main)
                 P["curve_beta"] = pm.Deterministic("curve_beta", full, dims=("cell", "curve_coef", "curve_param"))
