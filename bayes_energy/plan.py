@@ -53,6 +53,7 @@ import pandas as pd
 
 from . import DEFAULT_PROB
 from .datasets import KWH_TO_J
+from .models.spec import CURVE_FEATURES, design_frame
 from .schema import SchemaError, STRATEGIES
 
 __all__ = ["ARCHITECTURES", "Workload", "Plan", "plan", "candidates", "evaluate", "evidence", "pareto_front"]
@@ -176,21 +177,6 @@ def candidates(workload: Workload | Mapping, strategies: Sequence[str], n_gpus: 
     return pd.DataFrame(rows)
 
 
-#: Workload sizes whose measured range :func:`evidence` checks, with their labels.
-_RANGE_CHECKED = {"params": "params", "tokens": "tokens", "seq_len": "seq_len", "batch": "batch"}
-
-
-def _workload_sizes(df: pd.DataFrame) -> pd.DataFrame:
-    from .proxies import n_params
-
-    return pd.DataFrame({
-        "params": np.asarray(n_params(df["num_layers"], df["hidden_size"], df["ff"]), float),
-        "tokens": df["tokens"].to_numpy(float),
-        "seq_len": df["seq_len"].to_numpy(float),
-        "batch": np.asarray(df["batch_size"] * df.get("grad_accum", 1), float),
-    }, index=df.index)
-
-
 def evidence(idata, cands: pd.DataFrame) -> list[str]:
     """How close each candidate is to the training data.
 
@@ -209,12 +195,14 @@ def evidence(idata, cands: pd.DataFrame) -> list[str]:
     except PosteriorFileError:
         return ["?"] * len(cands)
     seen = df.groupby(["hardware", "family", "strategy"])["n_gpus"].agg(lambda s: set(s.astype(int))).to_dict()
-    sizes = _workload_sizes(df).groupby([df["hardware"].astype(str), df["family"].astype(str)]).agg(["min", "max"])
-    wanted = _workload_sizes(cands)
+    # the workload sizes the speedup curves take as covariates, in logs (the model's own design_frame)
+    sizes = design_frame(df)[list(CURVE_FEATURES)]
+    ranges = sizes.groupby([df["hardware"].astype(str), df["family"].astype(str)]).agg(["min", "max"])
+    wanted = design_frame(cands)[list(CURVE_FEATURES)]
     out = []
     for i, r in enumerate(cands.itertuples()):
         key = (str(r.hardware), str(r.family).lower(), str(r.strategy))
-        if key[:2] not in sizes.index:
+        if key[:2] not in ranges.index:
             out.append("new hardware/family")
             continue
         if key not in seen:
@@ -224,12 +212,13 @@ def evidence(idata, cands: pd.DataFrame) -> list[str]:
         else:
             label = "measured"
         beyond = []
-        for col, name in _RANGE_CHECKED.items():
-            v, lo, hi = wanted[col].iloc[i], sizes.loc[key[:2], (col, "min")], sizes.loc[key[:2], (col, "max")]
-            if v < lo * (1 - 1e-9):
-                beyond.append(f"{name} {v:.3g} < {lo:.3g}")
-            elif v > hi * (1 + 1e-9):
-                beyond.append(f"{name} {v:.3g} > {hi:.3g}")
+        for col in CURVE_FEATURES:
+            v, lo, hi = wanted[col].iloc[i], ranges.loc[key[:2], (col, "min")], ranges.loc[key[:2], (col, "max")]
+            name = col.removeprefix("log_")
+            if v < lo - 1e-9:
+                beyond.append(f"{name} {np.exp(v):.3g} < {np.exp(lo):.3g}")
+            elif v > hi + 1e-9:
+                beyond.append(f"{name} {np.exp(v):.3g} > {np.exp(hi):.3g}")
         out.append(label + ("; beyond data: " + ", ".join(beyond) if beyond else ""))
     return out
 

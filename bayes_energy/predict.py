@@ -110,15 +110,15 @@ def _extend(P: dict, name: str, n_new: int, centre, scale, rng, axis: int) -> No
     P[name] = np.concatenate([arr, new], axis=axis)
 
 
-def _new_cell_draws(P: dict, spec: ModelSpec, name: str, labels: list[str], centre, tau, k, rng) -> np.ndarray:
-    """Draws of the cell effect ``name`` for unseen cells ``labels``: (sample, new cell, *k).
+def _new_cell_draws(P: dict, spec: ModelSpec, name: str, labels: list[str], centre, tau, rng) -> np.ndarray:
+    """Draws of the cell effect ``name`` (sample, cell, *k) for unseen cells ``labels``: (sample, new cell, *k).
 
     Without crossing: ``centre + N(0, tau^2)``. Crossed (``{name}_hw`` in the
     posterior): ``centre + a_h + b_f + N(0, s_cell tau^2)`` with the posterior
     draws of a known hardware's or family's effect, and one population draw
     per new hardware or family, shared by all its cells.
     """
-    S, k = P["E_sigma"].shape[0], tuple(np.atleast_1d(k))
+    S, k = P[name].shape[0], P[name].shape[2:]
     tau = np.broadcast_to(np.asarray(tau, float), k)
     if f"{name}_hw" not in P:
         return centre + rng.standard_normal((S, len(labels), *k)) * tau
@@ -149,25 +149,23 @@ def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rn
         how = ("from the effects of its hardware and of its family where they were measured, else from their "
                "population" if "E_beta_hw" in P else "from the population distribution of cells")
         warnings.warn(f"hardware x family {', '.join(new)} not in the training data: predicted {how} (wider intervals)",
-                      NewLevelWarning, stacklevel=3)
+                      NewLevelWarning, stacklevel=5)  # the caller of predict()
         pri = spec.config["priors"]
         ncoef = P["E_mu"].shape[-1]
         for b in ("E", "T"):
             tau = np.asarray(pri["tau_coef"])[:ncoef]
-            draws = _new_cell_draws(P, spec, f"{b}_beta", new, P[f"{b}_mu"][:, None, :], tau, ncoef, rng)
+            draws = _new_cell_draws(P, spec, f"{b}_beta", new, P[f"{b}_mu"][:, None, :], tau, rng)
             P[f"{b}_beta"] = np.concatenate([P[f"{b}_beta"], draws], axis=1)
             if f"{b}_psi_cell" in P:
                 psi = P[f"{b}_psi_cell"]  # (sample, cell, strategy); single stays the reference (0)
-                dev = _new_cell_draws(P, spec, f"{b}_psi_cell_dev", new, 0.0, pri["tau_psi"], psi.shape[-1] - 1, rng)
+                dev = _new_cell_draws(P, spec, f"{b}_psi_cell_dev", new, 0.0, pri["tau_psi"], rng)
                 dev = np.concatenate([np.zeros(dev.shape[:2] + (1,)), dev], axis=2)
                 P[f"{b}_psi_cell"] = np.concatenate([psi, dev], axis=1)
-        k = P["curve_cell"].shape[-1]
-        draws = _new_cell_draws(P, spec, "curve_cell", new, P["curve_mu"][:, None, :], pri["tau_curve"], k, rng)
+        draws = _new_cell_draws(P, spec, "curve_cell", new, P["curve_mu"][:, None, :], pri["tau_curve"], rng)
         P["curve_cell"] = np.concatenate([P["curve_cell"], draws], axis=1)
         if "curve_beta_cell" in P:  # covariate slopes per cell, around the population's
             main = P["curve_beta_main"]  # (sample, curve_coef, curve_main)
-            slopes = _new_cell_draws(P, spec, "curve_beta_cell", new, main[:, None], pri["tau_curve_beta"],
-                                     main.shape[1:], rng)
+            slopes = _new_cell_draws(P, spec, "curve_beta_cell", new, main[:, None], pri["tau_curve_beta"], rng)
             full = np.zeros(slopes.shape[:3] + (P["curve_beta"].shape[-1],))
             full[..., [0, 2]] = slopes  # they move usl_sigma and tp_gain (build.build_model)
             P["curve_beta"] = np.concatenate([P["curve_beta"], full], axis=1)
@@ -212,15 +210,18 @@ class _Prepared:
     seeds: list
 
 
-def _prepare(idata, configs: pd.DataFrame, mode: str, n_draws: int | None, seed: int | None,
-             residual: bool) -> _Prepared:
+def design_and_posterior(idata, configs: pd.DataFrame, n_draws: int | None,
+                         rng: np.random.Generator) -> tuple[ModelSpec, dict, dict]:
+    """The spec, the candidates' design arrays and the posterior draws (sample, ...), new levels added.
+
+    Unseen cells and configuration families get population draws (with a
+    :class:`NewLevelWarning`). Everything that evaluates the law on a
+    posterior starts here: :func:`predict_draws`, :func:`predict` and the
+    validation harness's exact predictive densities.
+    """
     from .models.io import load_spec
 
-    if mode not in ("pre", "post"):
-        raise ValueError(f"mode must be 'pre' or 'post', got {mode!r}")
-    rng = np.random.default_rng(seed)
     spec = load_spec(idata)
-    eff = configs["efficiency"].to_numpy(float) if (mode == "post" and "efficiency" in configs.columns) else None
     cands = check_candidates(configs)
     if "group" in configs.columns:
         cands["group"] = configs["group"].to_numpy()
@@ -230,8 +231,18 @@ def _prepare(idata, configs: pd.DataFrame, mode: str, n_draws: int | None, seed:
         A["group_idx"] = groups
     P = _posterior_arrays(idata, n_draws, rng)
     _add_new_levels(P, spec, A, cands, rng)
+    return spec, A, P
+
+
+def _prepare(idata, configs: pd.DataFrame, mode: str, n_draws: int | None, seed: int | None,
+             residual: bool) -> _Prepared:
+    if mode not in ("pre", "post"):
+        raise ValueError(f"mode must be 'pre' or 'post', got {mode!r}")
+    rng = np.random.default_rng(seed)
+    eff = configs["efficiency"].to_numpy(float) if (mode == "post" and "efficiency" in configs.columns) else None
+    spec, A, P = design_and_posterior(idata, configs, n_draws, rng)
     P = {k: v.astype(_DTYPE) for k, v in P.items()}
-    n = len(cands)
+    n = len(configs)
     order = np.lexsort((A["curve"], A["cell_idx"]))
     A = {k: v[order] for k, v in A.items() if isinstance(v, np.ndarray) and v.shape[:1] == (n,) and k != "cell_onehot"}
     A["X"], A["Z"] = A["X"].astype(_DTYPE), A["Z"].astype(_DTYPE)
@@ -345,15 +356,19 @@ def predict_draws(idata, configs: pd.DataFrame, mode: str = "pre", n_draws: int 
         candidate), float64 (computed in float32).
     """
     st = _prepare(idata, configs, mode, n_draws, seed, residual)
-    out = {k: np.empty((st.S, st.n)) for k in ("log_energy_j", "log_time_s", "log_eta")}
-
-    def keep(sl, draws):
-        cols = st.order[sl]
-        for k, v in draws.items():
-            out[k][:, cols] = v
-
-    _map_chunks(st, keep)
+    out = _empty_draws(st)
+    _map_chunks(st, lambda sl, chunk: _store(out, st.order[sl], chunk))
     return out
+
+
+def _empty_draws(st: _Prepared) -> dict[str, np.ndarray]:
+    return {k: np.empty((st.S, st.n)) for k in ("log_energy_j", "log_time_s", "log_eta")}
+
+
+def _store(out: dict[str, np.ndarray], cols: np.ndarray, chunk: dict[str, np.ndarray]) -> None:
+    """Write a chunk's draws into the (sample, candidate) arrays, in the caller's candidate order."""
+    for k, v in chunk.items():
+        out[k][:, cols] = v
 
 
 def _order_stats(rows: np.ndarray, ks: list[int]) -> None:
@@ -437,13 +452,12 @@ def predict(idata, configs: pd.DataFrame, prob: float = DEFAULT_PROB, mode: str 
     st = _prepare(idata, configs, mode, n_draws, seed, residual=True)
     names = ("mean", "median", "lo", "hi")
     stats = {f"{q}_{name}": np.empty(st.n) for q in ("energy_j", "time_s") for name in names}
-    draws = {k: np.empty((st.S, st.n)) for k in ("log_energy_j", "log_time_s", "log_eta")} if return_draws else None
+    draws = _empty_draws(st) if return_draws else None
 
     def summarise(sl, chunk):
         cols = st.order[sl]
         if draws is not None:
-            for k, v in chunk.items():
-                draws[k][:, cols] = v
+            _store(draws, cols, chunk)
         for q, key in (("energy_j", "log_energy_j"), ("time_s", "log_time_s")):
             rows = np.ascontiguousarray(chunk[key].T)  # one candidate per row
             for name, v in zip(names, _summary(rows, prob, log=True)):

@@ -284,27 +284,19 @@ def fit_diagnostics(idata) -> dict:
 def energy_loc_scale(idata, configs: pd.DataFrame, mode: str, seed: int):
     """Per-draw Student-t location, scale and degrees of freedom of ln energy (J).
 
-    Mirrors :func:`bayes_energy.predict.predict_draws` up to the energy noise,
+    The same law as :func:`bayes_energy.predict.predict_draws` (in float64,
+    from the same design arrays and posterior draws) up to the energy noise,
     so the predictive density can be evaluated exactly as a mixture over draws
     (``pre`` keeps the speedup-curve scatter as one draw per posterior draw).
     """
-    from bayes_energy import predict as bp
-    from bayes_energy.models.io import load_spec
     from bayes_energy.models.law import block_mean, log_eta_from_curves
+    from bayes_energy.predict import NewLevelWarning, design_and_posterior
 
     rng = np.random.default_rng(seed)
-    spec = load_spec(idata)
     eff = configs["efficiency"].to_numpy(float) if mode == "post" else None
-    cands = bp.check_candidates(configs)
-    cands["group"] = configs["group"].to_numpy()
-    A = spec.arrays(cands, allow_new=True)
-    groups = bp._group_codes(spec, cands)
-    if groups is not None:
-        A["group_idx"] = groups
-    P = bp._posterior_arrays(idata, None, rng)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", bp.NewLevelWarning)
-        bp._add_new_levels(P, spec, A, cands, rng)
+        warnings.simplefilter("ignore", NewLevelWarning)
+        spec, A, P = design_and_posterior(idata, configs, None, rng)
     log_eta = log_eta_from_curves(P, A, np)
     if eff is not None:
         log_eta = np.broadcast_to(np.log(eff), log_eta.shape)

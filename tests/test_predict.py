@@ -154,12 +154,12 @@ def test_crossed_new_cells_borrow_known_hardware_and_family_effects():
     spec = ModelSpec.from_table(load_mayaki2026(mayaki_path()), "hierarchical", default_config("hierarchical", {"crossed": True}))
     hw, fam = spec.coords["hardware"], spec.coords["family"]
     S = 20_000
-    P = {"E_sigma": np.zeros(S),
+    P = {"x": np.zeros((S, len(spec.coords["cell"]), 1)),  # the fitted cells' effects: only their shape is used
          "x_hw": np.broadcast_to(np.arange(len(hw), dtype=float)[None, :, None] + 2.0, (S, len(hw), 1)),
          "x_fam": np.broadcast_to(-np.arange(len(fam), dtype=float)[None, :, None] - 1.0, (S, len(fam), 1))}
     a100 = next(h for h in hw if "A100" in h)
     labels = [f"{a100}|bert", "H100|bert", "H100|gpt"]
-    d = _new_cell_draws(P, spec, "x", labels, 0.0, 1.0, 1, np.random.default_rng(0))[..., 0]
+    d = _new_cell_draws(P, spec, "x", labels, 0.0, 1.0, np.random.default_rng(0))[..., 0]
     s_hw, _, s_cell = spec.config["priors"]["cell_shares"]
     expected = P["x_hw"][0, hw.index(a100), 0] + P["x_fam"][0, fam.index("bert"), 0]
     assert abs(d[:, 0].mean() - expected) < 0.02 and abs(d[:, 0].std() - np.sqrt(s_cell)) < 0.02

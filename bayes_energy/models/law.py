@@ -126,15 +126,17 @@ def log_eta_from_curves(P, A, m):
         first += len(names)
         if isinstance(rows, np.ndarray) and not rows.size:
             continue
+        rcells = cells[rows]
+        zt = A["Z"][rows].T.astype(cell.dtype) if beta is not None else None  # (curve_coef, run)
+        by_cell = [(c, _runs_of(rcells, c)) for c in np.unique(rcells)] if beta is not None and beta.ndim > cell.ndim else []
         theta = []
         for p in params:
-            t = cell[..., cells[rows], p]
-            if beta is not None and beta.ndim > cell.ndim:  # slopes per cell: one product per cell
-                for c in np.unique(cells[rows]):
-                    sub = np.flatnonzero(cells[rows] == c)
-                    t[..., sub] += beta[..., c, :, p] @ A["Z"][rows][sub].T.astype(cell.dtype)
+            t = cell[..., rcells, p]
+            if by_cell:  # slopes per cell: one product per cell
+                for c, sub in by_cell:
+                    t[..., sub] += beta[..., c, :, p] @ zt[:, sub]
             elif beta is not None:
-                t = t + beta[..., :, p] @ A["Z"][rows].T.astype(cell.dtype)
+                t = t + beta[..., :, p] @ zt
             theta.append(t)
         out[..., rows] = fn(n[rows].astype(cell.dtype), *theta, np)
     return out
