@@ -60,6 +60,8 @@ class NewLevelWarning(UserWarning):
 
 
 def _posterior_arrays(idata, n_draws: int | None, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    from .models.io import sample_array
+
     post = idata.posterior
     n = post.sizes["chain"] * post.sizes["draw"]
     take = np.arange(n) if n_draws is None or n_draws >= n else np.sort(rng.choice(n, n_draws, replace=False))
@@ -67,8 +69,7 @@ def _posterior_arrays(idata, n_draws: int | None, rng: np.random.Generator) -> d
     for name, da in post.data_vars.items():
         if name.endswith(("_z", "_free", "_log__")) or name == "log_eta_curve":
             continue
-        arr = da.transpose("chain", "draw", ...).to_numpy()
-        out[name] = arr.reshape((n,) + arr.shape[2:])[take]  # (sample, ...), chain-major like xarray's stack
+        out[name] = sample_array(da)[take]
     return out
 
 

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from . import DEFAULT_PROB, __version__
+from .models.io import sample_array
 from .models.spec import cell_labels
 
 __all__ = ["write_report", "coverage", "PAGE_TITLES", "COEF_LABELS"]
@@ -176,11 +177,6 @@ def _fmt(v, digits: int = 3) -> str:
     if v is None or (isinstance(v, float) and not np.isfinite(v)):
         return "–"
     return f"{v:.{digits}f}"
-
-
-def _stack(da) -> np.ndarray:
-    """(sample, ...) array from a (chain, draw, ...) DataArray."""
-    return da.stack(sample=("chain", "draw")).transpose("sample", ...).to_numpy()
 
 
 def _hdi_columns(summary: pd.DataFrame) -> tuple[str, str, str]:
@@ -478,7 +474,7 @@ def _page_ppc(pdf, f: _Fit) -> None:
         ax.tick_params(labelsize=8)
         if ax.get_legend() is not None:
             ax.legend(fontsize=8, frameon=False, loc="upper left")
-        pp = _stack(idata.posterior_predictive[var]) + centre[key]
+        pp = sample_array(idata.posterior_predictive[var]) + centre[key]
         obs = idata.observed_data[var].to_numpy() + centre[key]
         lo, med, hi = np.quantile(pp, [(1 - f.prob) / 2, 0.5, (1 + f.prob) / 2], axis=0)
         ax2 = fig.add_axes([0.56, 0.49 - 0.41 * i, 0.38, 0.32])
@@ -514,18 +510,15 @@ def _representative_z(f: _Fit, cell: str, strategy: str) -> np.ndarray:
 
 def curve_draws(f: _Fit, cell: str, strategy: str, n: np.ndarray) -> np.ndarray:
     """Posterior draws of the speedup S(N) = N η(N), shape (sample, len(n)), for a cell's typical run."""
-    from .models.curves import log_eta
+    from .models.law import log_eta_from_curves
     from .models.spec import CURVE_OF
 
     post = f.idata.posterior
-    theta = _stack(post["curve_cell"].sel(cell=cell))  # (sample, 4)
-    if "curve_beta" in post:
-        z = _representative_z(f, cell, strategy)
-        beta = post["curve_beta"].sel(cell=cell) if "cell" in post["curve_beta"].dims else post["curve_beta"]
-        theta = theta + np.einsum("k,skp->sp", z, _stack(beta))
-    rows = np.broadcast_to(theta[:, None, :], (theta.shape[0], len(n), theta.shape[-1]))  # one row per device count
-    eta = log_eta(n.astype(float), np.full(len(n), CURVE_OF[strategy]), rows, np)
-    return n[None, :] * np.exp(eta)
+    P = {k: sample_array(post[k]) for k in ("curve_cell", "curve_beta") if k in post}
+    A = {"n_gpus": n.astype(float), "curve": np.full(len(n), CURVE_OF[strategy]),  # one run per device count
+         "cell_idx": np.full(len(n), list(f.spec.coords["cell"]).index(cell)),
+         "Z": np.tile(_representative_z(f, cell, strategy), (len(n), 1))}
+    return n[None, :] * np.exp(log_eta_from_curves(P, A, np))
 
 
 def _page_curves(pdf, f: _Fit) -> None:
@@ -709,7 +702,7 @@ def coverage(idata, var: str, nominal=NOMINAL) -> np.ndarray:
     numpy.ndarray
         Observed coverage at each nominal level (in-sample).
     """
-    pp = _stack(idata.posterior_predictive[var])
+    pp = sample_array(idata.posterior_predictive[var])
     obs = idata.observed_data[var].to_numpy()
     out = []
     for q in nominal:

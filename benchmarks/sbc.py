@@ -75,8 +75,14 @@ def run(reps: int = 100, draws: int = 200, tune: int = 200, chains: int = 2, thi
     from scipy.stats import chisquare
 
     from bayes_energy.models.build import build_model, model_data
+    from bayes_energy.models.io import sample_array
     from bayes_energy.models.sample import _kept_vars
-    from bayes_energy.simulate import _placeholder, design_spec, prior_draws, simulate_from_params
+    from bayes_energy.simulate import (
+        _placeholder,
+        design_spec,
+        prior_draws,
+        simulate_from_params,
+    )
 
     try:
         from bayes_energy.models.sample import TARGET_ACCEPT
@@ -106,7 +112,7 @@ def run(reps: int = 100, draws: int = 200, tune: int = 200, chains: int = 2, thi
         for var, idx, label in PARAMS:
             if var not in post:
                 continue
-            s = post[var].stack(sample=("chain", "draw")).transpose("sample", ...).to_numpy()[::thin]
+            s = sample_array(post[var])[::thin]
             draws_v = _scalar(s, idx)
             true_v = float(truth[var] if idx is None else np.asarray(truth[var])[tuple(idx)])
             rank = int(np.sum(draws_v < true_v))

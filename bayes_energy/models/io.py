@@ -13,11 +13,12 @@ import tempfile
 from pathlib import Path
 
 import arviz as az
+import numpy as np
 import pandas as pd
 
 from .spec import ModelSpec
 
-__all__ = ["save", "load", "load_spec", "training_table", "PosteriorFileError"]
+__all__ = ["save", "load", "load_spec", "training_table", "sample_array", "PosteriorFileError"]
 
 
 class PosteriorFileError(ValueError):
@@ -48,6 +49,12 @@ def training_table(idata: az.InferenceData) -> pd.DataFrame:
         if df[col].dtype == object:
             df[col] = df[col].astype(str)
     return df
+
+
+def sample_array(da) -> np.ndarray:
+    """(sample, ...) numpy array of a (chain, draw, ...) DataArray, chain-major like ``stack(sample=("chain", "draw"))``."""
+    arr = da.transpose("chain", "draw", ...).to_numpy()
+    return arr.reshape((-1,) + arr.shape[2:])
 
 
 def load_spec(idata: az.InferenceData) -> ModelSpec:
