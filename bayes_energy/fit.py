@@ -10,39 +10,45 @@ Writes into ``--out``: ``posterior.nc`` (InferenceData with provenance),
 ``summary.csv``, ``diagnostics.json``, ``compare.csv`` (with ``--compare``)
 and ``report.pdf`` (unless ``--no-report``). For ``--model ols`` it writes
 ``summary.csv`` and ``diagnostics.json`` only (no posterior). Everything is
-written to a temporary folder first and moved into place at the end, so a
-failed or interrupted run leaves no partial output. Exit status: 0 on
-success, 1 when ``--strict`` and diagnostics fail, 2 on bad input.
+written to a hidden temporary folder beside ``--out`` first and moved into
+place at the end, so a failed or interrupted run leaves no partial output
+(a folder left by a killed run is removed by the next one). ``--out`` may
+name a new or empty folder, or, with ``--overwrite``, a fit folder written
+by this package; any other existing folder is refused and left untouched
+(see :mod:`bayes_energy.cli`). Exit status: 0 on success, 1 when
+``--strict`` and diagnostics fail, 2 on bad input.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
+from . import __version__
+from .cli import (OutputError, Parser, check_fit_dir, fail, nonnegative_int, plain_warnings, positive_int, replace_dir,
+                  scratch_dir, write_fit_marker)
 from .datasets import DEFAULT_DATA, load_mayaki2026, load_sweep
-from .schema import SchemaError
+from .schema import SchemaError, data_notes
 
 DEFAULT_OUT = "fits/default"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bayes_energy.fit", description="Fit a Bayesian energy model to sweep data.")
+def _parser() -> Parser:
+    p = Parser(prog="python -m bayes_energy.fit", description="Fit a Bayesian energy model to sweep data.")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--data", nargs="+", metavar="PATH", help=f"sweep CSV files (default: {' '.join(DEFAULT_DATA)})")
     src.add_argument("--dataset", choices=["mayaki2026"], help="a published dataset instead of sweep files")
     p.add_argument("--dataset-path", help="file or folder of the published dataset")
     p.add_argument("--model", choices=["ols", "pooled", "hierarchical"], default="hierarchical")
-    p.add_argument("--out", default=DEFAULT_OUT, help="output folder (default %(default)s)")
-    p.add_argument("--chains", type=int, default=4)
-    p.add_argument("--draws", type=int, default=1000)
-    p.add_argument("--tune", type=int, default=1000)
+    p.add_argument("--out", default=DEFAULT_OUT, help="output folder (default %(default)s): new, empty, or a fit folder with --overwrite")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it is a fit folder written by bayes_energy")
+    p.add_argument("--chains", type=positive_int, default=4)
+    p.add_argument("--draws", type=positive_int, default=1000)
+    p.add_argument("--tune", type=nonnegative_int, default=1000)
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--sampler", choices=["nutpie", "pymc", "numba"], default="nutpie")
     p.add_argument("--compare", action="store_true", help="also fit the other Bayesian model and write compare.csv (LOO)")
@@ -87,20 +93,25 @@ def _fit_ols(df, tmp: Path) -> dict:
 
 
 def run(args) -> int:
+    out = check_fit_dir(args.out, overwrite=args.overwrite)  # before any work: nothing to lose
     df = _load(args)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".fit-", dir=out.parent))
+    print(f"data: {len(df)} runs, {df['hardware'].nunique()} hardware, {df['family'].nunique()} families, "
+          f"strategies {', '.join(sorted(df['strategy'].unique()))}")
+    notes = data_notes(df)  # what the data cannot inform, said before sampling
+    for note in notes:
+        print(f"note: {note}")
+    tmp = scratch_dir(out.parent, prefix=".fit-")
     try:
-        print(f"data: {len(df)} runs, {df['hardware'].nunique()} hardware, {df['family'].nunique()} families, "
-              f"strategies {', '.join(sorted(df['strategy'].unique()))}")
         if args.model == "ols":
             diag = _fit_ols(df, tmp)
         else:
             diag = _fit_bayes(df, args, tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        if notes:
+            diag["data_notes"] = notes
+            (tmp / "diagnostics.json").write_text(json.dumps(diag, indent=2))
+        write_fit_marker(tmp, __version__, model=args.model, created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        check_fit_dir(out, overwrite=args.overwrite)  # again: something may have appeared meanwhile
+        replace_dir(tmp, out)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -146,13 +157,12 @@ def _fit_bayes(df, args, tmp: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
-    warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
+    plain_warnings()
     args = _parser().parse_args(argv)
     try:
         return run(args)
-    except (SchemaError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except (SchemaError, OutputError, FileNotFoundError, ValueError) as err:
+        return fail(err)
 
 
 if __name__ == "__main__":
