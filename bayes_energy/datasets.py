@@ -25,6 +25,7 @@ from .schema import SchemaError, add_efficiency, validate
 
 __all__ = [
     "DEFAULT_DATA",
+    "read_csv",
     "load_sweep",
     "load_default",
     "load_mayaki2026",
@@ -61,13 +62,43 @@ _STRATEGY_MAP = {"Baseline": "single", "FSDP": "fsdp", "TP": "tp", "DDP": "ddp"}
 KWH_TO_J = 3.6e6
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
+def read_csv(path: str | os.PathLike, what: str = "table") -> pd.DataFrame:
+    """Read a comma-separated file, or say in one line why it cannot be read.
+
+    Accepted: UTF-8 with or without a byte-order mark, LF or CRLF line ends,
+    gzip-compressed (by content, whatever the name). Refused with a
+    :class:`~bayes_energy.schema.SchemaError` that names the file: a missing
+    path, a folder, an empty file, a binary file, and a file whose header
+    looks separated by ``;`` or tabs (read as one column it would only fail
+    later with "16 columns missing").
+    """
+    path = Path(path)
+    if not path.exists():
+        raise SchemaError(f"{path}: no such file")
+    if path.is_dir():
+        raise SchemaError(f"{path}: is a folder; expected a CSV file ({what})")
     try:
-        return pd.read_csv(path)
-    except FileNotFoundError:
-        raise SchemaError(f"{path}: no such file") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise SchemaError(f"{path}: not a readable CSV file ({err})") from None
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError as err:
+        raise SchemaError(f"{path}: cannot be read ({err.strerror})") from None
+    if not head.strip():
+        raise SchemaError(f"{path}: the file is empty; expected a CSV {what} with a header line")
+    compression = "gzip" if head[:2] == b"\x1f\x8b" else None
+    if compression is None:
+        if b"\x00" in head:
+            raise SchemaError(f"{path}: a binary file, not a CSV {what}")
+        first = head.decode("utf-8-sig", errors="replace").splitlines()[0]
+        for sep, name in ((";", "semicolons"), ("\t", "tabs")):
+            if first.count(sep) >= 2 and first.count(",") == 0:
+                raise SchemaError(f"{path}: line 1: the columns look separated by {name}, not commas; "
+                                  "save the file as comma-separated CSV")
+    try:
+        df = pd.read_csv(path, encoding="utf-8-sig", compression=compression)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, EOFError, OSError) as err:
+        raise SchemaError(f"{path}: not a readable CSV file ({' '.join(str(err).split())[:200]})") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    return df
 
 
 def load_sweep(paths: str | os.PathLike | Sequence[str | os.PathLike], include_failed: bool = False) -> pd.DataFrame:
@@ -101,7 +132,7 @@ def load_sweep(paths: str | os.PathLike | Sequence[str | os.PathLike], include_f
     frames = []
     for p in paths:
         p = Path(p)
-        df = validate(_read_csv(p), source=str(p))
+        df = validate(read_csv(p), source=str(p))
         df["source_file"] = p.name
         frames.append(df)
     if not frames:
@@ -239,7 +270,7 @@ def load_mayaki2026(path: str | os.PathLike | None = None) -> pd.DataFrame:
         A validated sweep table.
     """
     file = find_mayaki2026(path)
-    raw = _read_csv(file)
+    raw = read_csv(file)
     missing = [c for c in MAYAKI_COLUMNS if c not in raw.columns]
     if missing:
         raise SchemaError(f"{file}: not the authors' table; missing column(s) {', '.join(missing)}")

@@ -56,7 +56,11 @@ __all__ = [
     "REQUIRED",
     "RUN_KEY",
     "validate",
+    "validate_configs",
     "add_efficiency",
+    "data_notes",
+    "LIMITS",
+    "CONFIG_COLUMNS",
 ]
 
 #: Parallel strategies, in the order used for model coordinates.
@@ -69,6 +73,22 @@ REQUIRED: dict[str, str] = {
     "seq_len": "int", "batch_size": "int", "grad_accum": "int", "tokens": "float",
     "strategy": "str", "n_gpus": "int",
     "time_s": "float", "energy_j": "float", "energy_source": "str", "repeats": "int",
+}
+
+#: Physically plausible ranges (inclusive) of numeric columns. A value outside is a
+#: unit or transcription error (1e300 J, 1e-300 J, 10 million layers), never a run.
+#: Energy: 1 uJ to 1 PJ (about 280 GWh); time: 1 us to 30 years; tokens: up to 1e15.
+LIMITS: dict[str, tuple[float, float]] = {
+    "energy_j": (1e-6, 1e15), "time_s": (1e-6, 1e9), "tokens": (1.0, 1e15),
+    "num_layers": (1, 10_000), "hidden_size": (1, 1_000_000), "heads": (1, 100_000), "ff": (1, 10_000_000),
+    "seq_len": (1, 10_000_000), "batch_size": (1, 10_000_000), "grad_accum": (1, 1_000_000),
+    "n_gpus": (1, 1_000_000), "repeats": (1, 1_000_000),
+}
+
+#: Columns that describe a configuration before it runs (``heads`` optional for candidates).
+CONFIG_COLUMNS: dict[str, str] = {
+    c: REQUIRED[c] for c in ("hardware", "family", "num_layers", "hidden_size", "ff", "seq_len", "batch_size",
+                             "grad_accum", "tokens", "strategy", "n_gpus")
 }
 
 #: Columns that identify a run; ``workload`` joins them when present.
@@ -163,67 +183,9 @@ def validate(df: pd.DataFrame, source: str = "sweep table", row_offset: int = 2)
         ok = np.ones(len(out), dtype=bool)
 
     for col in REQUIRED:
-        checked = ok if col in OUTCOMES else np.ones(len(out), dtype=bool)
-        values = out[col]
-        if REQUIRED[col] == "str":
-            empty = values.isna() | (values.astype(str).str.strip() == "")
-            bad = empty.to_numpy() & checked
-            if bad.any():
-                raise SchemaError(
-                    f"{source}: {_rows(line[bad])}, column '{col}': expected a non-empty text value, got a missing value"
-                )
-            out[col] = values.astype("string").str.strip().astype(object)
-            out.loc[~empty, col] = out.loc[~empty, col].astype(str)
-            continue
-        num = pd.to_numeric(values, errors="coerce")
-        nonnum = (num.isna() & values.notna()).to_numpy() & checked
-        if nonnum.any():
-            first = values[nonnum].iloc[0]
-            raise SchemaError(
-                f"{source}: {_rows(line[nonnum])}, column '{col}': expected a number, got {first!r}"
-            )
-        nan = num.isna().to_numpy() & checked
-        if nan.any():
-            raise SchemaError(f"{source}: {_rows(line[nan])}, column '{col}': expected a number, got a missing value (NaN)")
-        inf = ~np.isfinite(num.fillna(1.0).to_numpy()) & checked
-        if inf.any():
-            raise SchemaError(f"{source}: {_rows(line[inf])}, column '{col}': expected a finite number, got {num[inf].iloc[0]}")
-        if REQUIRED[col] == "int":
-            frac = (num.notna() & (num != np.round(num))).to_numpy() & checked
-            if frac.any():
-                raise SchemaError(
-                    f"{source}: {_rows(line[frac])}, column '{col}': expected a whole number, got {num[frac].iloc[0]}"
-                )
-            low = 1
-            small = (num.notna() & (num < low)).to_numpy() & checked
-            if small.any():
-                what = "at least 1 device" if col == "n_gpus" else "a positive whole number"
-                raise SchemaError(
-                    f"{source}: {_rows(line[small])}, column '{col}': expected {what}, got {num[small].iloc[0]:g}"
-                )
-            out[col] = num.astype("Int64") if (~ok).any() else num.astype("int64")
-        else:
-            nonpos = (num.notna() & (num <= 0)).to_numpy() & checked
-            if nonpos.any():
-                raise SchemaError(
-                    f"{source}: {_rows(line[nonpos])}, column '{col}': expected a positive value, got {num[nonpos].iloc[0]:g}"
-                )
-            out[col] = num.astype(float)
-
-    out["family"] = out["family"].str.lower()
-    out["strategy"] = out["strategy"].str.lower()
-    unknown = ~out["strategy"].isin(STRATEGIES)
-    if unknown.any():
-        raise SchemaError(
-            f"{source}: {_rows(line[unknown.to_numpy()])}, column 'strategy': expected one of "
-            f"{', '.join(STRATEGIES)}, got {out['strategy'][unknown].iloc[0]!r}"
-        )
-    single_multi = ((out["strategy"] == "single") & (out["n_gpus"] != 1)).to_numpy()
-    if single_multi.any():
-        raise SchemaError(
-            f"{source}: {_rows(line[single_multi])}, column 'n_gpus': strategy 'single' runs on exactly 1 device, "
-            f"got {out['n_gpus'][single_multi].iloc[0]}"
-        )
+        _check_column(out, col, REQUIRED[col], ok if col in OUTCOMES else np.ones(len(out), dtype=bool),
+                      line, source, nullable_int=bool((~ok).any()))
+    _check_levels(out, line, source)
     key = run_key(out)
     dup = out.duplicated(subset=key, keep=False).to_numpy()
     if dup.any():
@@ -241,6 +203,167 @@ def validate(df: pd.DataFrame, source: str = "sweep table", row_offset: int = 2)
                 )
             out[col] = num.astype(float)
     return out
+
+
+def _check_column(out: pd.DataFrame, col: str, kind: str, checked: np.ndarray, line, source: str,
+                  nullable_int: bool = False) -> None:
+    """Check one column of ``out`` in place (cast it) for the rows in ``checked``."""
+    values = out[col]
+    if kind == "str":
+        empty = values.isna() | (values.astype(str).str.strip().isin(["", "nan", "None", "<NA>"]))
+        bad = empty.to_numpy() & checked
+        if bad.any():
+            raise SchemaError(
+                f"{source}: {_rows(line[bad])}, column '{col}': expected a non-empty text value, got a missing value"
+            )
+        out[col] = values.astype("string").str.strip().astype(object)
+        out.loc[~empty, col] = out.loc[~empty, col].astype(str)
+        return
+    if values.dtype == bool:
+        raise SchemaError(f"{source}: column '{col}': expected numbers, got true/false values")
+    num = pd.to_numeric(values, errors="coerce")
+    nonnum = (num.isna() & values.notna()).to_numpy() & checked
+    if nonnum.any():
+        first = values[nonnum].iloc[0]
+        raise SchemaError(f"{source}: {_rows(line[nonnum])}, column '{col}': expected a number, got {first!r}")
+    nan = num.isna().to_numpy() & checked
+    if nan.any():
+        raise SchemaError(f"{source}: {_rows(line[nan])}, column '{col}': expected a number, got a missing value (NaN)")
+    num = num.astype(float)
+    inf = ~np.isfinite(num.fillna(1.0).to_numpy()) & checked
+    if inf.any():
+        raise SchemaError(f"{source}: {_rows(line[inf])}, column '{col}': expected a finite number, got {num[inf].iloc[0]}")
+    if kind == "int":
+        frac = (num.notna() & (num != np.round(num))).to_numpy() & checked
+        if frac.any():
+            raise SchemaError(
+                f"{source}: {_rows(line[frac])}, column '{col}': expected a whole number, got {num[frac].iloc[0]}"
+            )
+        small = (num.notna() & (num < 1)).to_numpy() & checked
+        if small.any():
+            what = "at least 1 device" if col == "n_gpus" else "a positive whole number"
+            raise SchemaError(f"{source}: {_rows(line[small])}, column '{col}': expected {what}, got {num[small].iloc[0]:g}")
+    else:
+        nonpos = (num.notna() & (num <= 0)).to_numpy() & checked
+        if nonpos.any():
+            raise SchemaError(
+                f"{source}: {_rows(line[nonpos])}, column '{col}': expected a positive value, got {num[nonpos].iloc[0]:g}"
+            )
+    if col in LIMITS:
+        lo, hi = LIMITS[col]
+        off = (num.notna() & ((num < lo) | (num > hi))).to_numpy() & checked
+        if off.any():
+            raise SchemaError(
+                f"{source}: {_rows(line[off])}, column '{col}': {num[off].iloc[0]:g} is outside the physically "
+                f"plausible range {lo:g} to {hi:g}; check the units"
+            )
+    if kind == "int":
+        out[col] = num.astype("Int64") if nullable_int else num.astype("int64")
+    else:
+        out[col] = num
+
+
+def _check_levels(out: pd.DataFrame, line, source: str) -> None:
+    """Lower-case family and strategy; known strategies; ``single`` on one device; heads divide the width."""
+    out["family"] = out["family"].str.lower()
+    out["strategy"] = out["strategy"].str.lower()
+    unknown = ~out["strategy"].isin(STRATEGIES)
+    if unknown.any():
+        raise SchemaError(
+            f"{source}: {_rows(line[unknown.to_numpy()])}, column 'strategy': expected one of "
+            f"{', '.join(STRATEGIES)}, got {out['strategy'][unknown].iloc[0]!r}"
+        )
+    single_multi = ((out["strategy"] == "single") & (out["n_gpus"] != 1)).to_numpy()
+    if single_multi.any():
+        raise SchemaError(
+            f"{source}: {_rows(line[single_multi])}, column 'n_gpus': strategy 'single' runs on exactly 1 device, "
+            f"got {out['n_gpus'][single_multi].iloc[0]}"
+        )
+    if "heads" in out.columns and pd.api.types.is_integer_dtype(out["heads"]):
+        h, d = out["heads"].to_numpy(), out["hidden_size"].to_numpy()
+        known = ~(pd.isna(out["heads"]).to_numpy() | pd.isna(out["hidden_size"]).to_numpy())
+        bad = np.zeros(len(out), dtype=bool)
+        bad[known] = (d[known].astype("int64") % h[known].astype("int64")) != 0
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise SchemaError(
+                f"{source}: {_rows(line[bad])}, columns 'hidden_size', 'heads': expected hidden_size to be a "
+                f"multiple of heads, got {d[i]} and {h[i]}"
+            )
+
+
+def validate_configs(df: pd.DataFrame, source: str = "candidates", row_offset: int = 2) -> pd.DataFrame:
+    """Check a table of configurations to be run (no outcomes) and return it with canonical types.
+
+    The same rules as :func:`validate` for :data:`CONFIG_COLUMNS` (and
+    ``heads`` when present): non-empty names, whole positive sizes within
+    :data:`LIMITS`, finite positive tokens, known strategies, ``single`` on
+    exactly one device. ``grad_accum`` defaults to 1.
+
+    Raises
+    ------
+    SchemaError
+        Naming the source, row and column.
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise SchemaError(f"{source}: expected a pandas DataFrame, got {type(df).__name__}")
+    out = df.copy().reset_index(drop=True)
+    if "grad_accum" not in out.columns:
+        out["grad_accum"] = 1
+    missing = [c for c in CONFIG_COLUMNS if c not in out.columns]
+    if missing:
+        raise SchemaError(f"{source}: missing column(s) {', '.join(missing)}; "
+                          f"candidates need {', '.join(c for c in CONFIG_COLUMNS if c != 'grad_accum')}")
+    if out.empty:
+        raise SchemaError(f"{source}: no candidate rows")
+    line = pd.RangeIndex(len(out)) + row_offset
+    checked = np.ones(len(out), dtype=bool)
+    for col, kind in CONFIG_COLUMNS.items():
+        _check_column(out, col, kind, checked, line, source)
+    if "heads" in out.columns:
+        if out["heads"].isna().all():
+            out = out.drop(columns="heads")
+        else:
+            _check_column(out, "heads", "int", checked, line, source)
+    _check_levels(out, line, source)
+    return out
+
+
+def data_notes(df: pd.DataFrame) -> list[str]:
+    """What a training table cannot inform, in plain words (said before a fit samples).
+
+    Raises
+    ------
+    SchemaError
+        When the table has fewer than two runs: nothing can be fitted.
+    """
+    if len(df) < 2:
+        raise SchemaError(f"the training table has {len(df)} run(s); a fit needs at least 2 "
+                          "(better: several sizes, and multi-device runs with their single-device partner)")
+    notes = []
+    strategies = [s for s in STRATEGIES if s in set(df["strategy"])]
+    multi = [s for s in strategies if s != "single"]
+    eff = df["efficiency"] if "efficiency" in df.columns else pd.Series(np.nan, index=df.index)
+    informed = {s: sorted(df.loc[(df["strategy"] == s) & (df["n_gpus"] > 1) & eff.notna(), "n_gpus"].astype(int).unique())
+                for s in multi}
+    if not multi:
+        notes.append("only single-device runs: the speedup curves are not informed, and ddp, fsdp and tp "
+                      "cannot be predicted (they are not in the data)")
+    else:
+        absent = [s for s in STRATEGIES if s not in strategies]
+        if absent:
+            notes.append(f"no runs of {', '.join(absent)}: the model cannot predict "
+                         f"{'it' if len(absent) == 1 else 'them'} (only {', '.join(strategies)})")
+        for s in multi:
+            if not informed[s]:
+                notes.append(f"{s}: no multi-device run with a single-device partner, so its speedup curve "
+                             "comes from the prior alone (wide intervals for every multi-device prediction)")
+            elif len(informed[s]) == 1:
+                notes.append(f"{s}: measured at one device count ({informed[s][0]}) only: the curve's shape at "
+                             "other counts comes from the prior")
+    if "single" not in strategies:
+        notes.append("no single-device runs: efficiencies cannot be measured, so the speedup curves come from the prior")
+    return notes
 
 
 def add_efficiency(df: pd.DataFrame) -> pd.DataFrame:
