@@ -1,28 +1,49 @@
 """Save and load fitted posteriors (netCDF only, never pickle).
 
 A saved file describes itself: :func:`load` reads the model name and config
-from its attrs and the training table from its ``training_table`` group,
-checks the table against the stored hash, and can rebuild the PyMC model.
+from its attrs and the training table from its ``training_table`` group, and
+refuses a file whose training table no longer matches its stored hash or
+whose config lacks keys this version needs (naming the version that wrote
+it); a file from another version that passes both loads with a warning. It
+can also rebuild the PyMC model. Nothing in the file is ever unpickled or
+evaluated: netCDF holds arrays and text attributes only, and the config is
+read with ``json.loads``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
 import arviz as az
 import numpy as np
 import pandas as pd
 
+from .. import __version__
+from ..schema import REQUIRED
 from .spec import ModelSpec
 
-__all__ = ["save", "load", "load_spec", "training_table", "sample_array", "PosteriorFileError"]
+__all__ = ["save", "load", "load_spec", "training_table", "sample_array", "table_hash", "PosteriorFileError",
+           "VersionWarning"]
 
 
 class PosteriorFileError(ValueError):
     """A file is not a bayes_energy posterior, or its contents do not match."""
+
+
+class VersionWarning(UserWarning):
+    """A posterior was written by another version of bayes_energy (and is compatible)."""
+
+
+def table_hash(df: pd.DataFrame) -> str:
+    """SHA-256 of the schema columns of a training table (order-sensitive)."""
+    cols = [c for c in REQUIRED if c in df.columns]
+    text = df[cols].to_csv(index=False, float_format="%.10g")
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def save(idata: az.InferenceData, path: str | os.PathLike) -> Path:
@@ -57,18 +78,44 @@ def sample_array(da) -> np.ndarray:
     return arr.reshape((-1,) + arr.shape[2:])
 
 
-def load_spec(idata: az.InferenceData) -> ModelSpec:
-    """Rebuild the :class:`ModelSpec` from a posterior's attrs."""
-    attrs = idata.posterior.attrs
-    if "bayes_energy_model" not in attrs:
-        raise PosteriorFileError("the posterior lacks 'bayes_energy_model' in its attrs; not a bayes_energy fit")
-    spec = ModelSpec(name=attrs["bayes_energy_model"], config=json.loads(attrs["bayes_energy_config"]))
+def load_spec(idata: az.InferenceData, source: str = "posterior") -> ModelSpec:
+    """Rebuild the :class:`ModelSpec` from a posterior's attrs, checking its config.
+
+    Raises
+    ------
+    PosteriorFileError
+        If the attrs are not a bayes_energy model's, or the config lacks keys
+        this version of the package needs (the message names the version
+        that wrote the file).
+    """
+    from . import MODELS
+
+    attrs = idata.posterior.attrs if "posterior" in idata.groups() else {}
+    if "bayes_energy_model" not in attrs or "bayes_energy_config" not in attrs:
+        raise PosteriorFileError(f"{source}: the posterior lacks 'bayes_energy_model' in its attrs; not a bayes_energy fit")
+    name, written_by = attrs["bayes_energy_model"], attrs.get("bayes_energy_version", "an unknown version")
+    try:
+        config = json.loads(attrs["bayes_energy_config"])
+    except (TypeError, ValueError):
+        raise PosteriorFileError(f"{source}: its model config is not valid JSON") from None
+    if name not in MODELS or not isinstance(config, dict):
+        raise PosteriorFileError(f"{source}: unknown model {name!r} (written by bayes_energy {written_by}); "
+                                 f"this version knows {', '.join(MODELS)}")
+    need = set(MODELS[name]) | {"levels", "centre", "scale"}
+    missing = sorted(need - set(config))
+    missing += sorted(f"priors.{k}" for k in set(MODELS[name]["priors"]) - set(config.get("priors") or {}))
+    if missing:
+        raise PosteriorFileError(
+            f"{source}: written by bayes_energy {written_by}, whose model config lacks {', '.join(missing)}; "
+            f"this is bayes_energy {__version__}: refit the model with this version"
+        )
+    spec = ModelSpec(name=name, config=config)
     spec.coords = spec._coords()
     return spec
 
 
 def load(path: str | os.PathLike, rebuild: bool = False):
-    """Load a saved posterior.
+    """Load a saved posterior, checking that it is whole and unchanged.
 
     Parameters
     ----------
@@ -84,23 +131,36 @@ def load(path: str | os.PathLike, rebuild: bool = False):
     Raises
     ------
     PosteriorFileError
-        If the file is not a bayes_energy posterior or its training table
-        does not match the stored hash.
+        If the file is missing, not a readable netCDF posterior (e.g.
+        truncated), not a bayes_energy posterior, has a config this version
+        cannot use, or its training table does not match the stored hash.
+
+    Warns
+    -----
+    VersionWarning
+        When another version of the package wrote the file.
     """
     path = Path(path)
     if not path.is_file():
-        raise PosteriorFileError(f"{path}: no such file")
+        raise PosteriorFileError(f"{path}: no such file" if not path.exists() else f"{path}: is a folder, not a posterior file")
     try:
         idata = az.from_netcdf(path)
+        for group in idata.groups():  # read now: a truncated file fails here, not later
+            idata[group].load()
     except Exception as err:  # noqa: BLE001 - netCDF back ends raise many types
-        raise PosteriorFileError(f"{path}: not a readable netCDF posterior ({err})") from None
-    spec = load_spec(idata)
+        raise PosteriorFileError(f"{path}: not a readable netCDF posterior ({type(err).__name__}: "
+                                 f"{' '.join(str(err).split())[:200]})") from None
+    spec = load_spec(idata, source=str(path))
+    df = training_table(idata)
+    if table_hash(df) != idata.posterior.attrs.get("training_table_sha256"):
+        raise PosteriorFileError(f"{path}: the stored training table does not match its hash "
+                                 "(edited after the fit?); refit instead of editing a posterior")
+    written_by = idata.posterior.attrs.get("bayes_energy_version")
+    if written_by != __version__:
+        warnings.warn(f"{path}: written by bayes_energy {written_by}; this is {__version__}. Its config is "
+                      "compatible, but results may differ from a refit", VersionWarning, stacklevel=2)
     if not rebuild:
         return idata
     from .build import build_model
-    from .sample import table_hash
 
-    df = training_table(idata)
-    if table_hash(df) != idata.posterior.attrs.get("training_table_sha256"):
-        raise PosteriorFileError(f"{path}: the stored training table does not match its hash")
     return idata, spec, build_model(spec, df)

@@ -10,7 +10,6 @@ can rebuild the model from the file alone.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import warnings
 
@@ -20,9 +19,9 @@ import pymc as pm
 import xarray as xr
 
 from .. import __version__
-from ..schema import REQUIRED
 from . import default_config
 from .build import build_model
+from .io import table_hash
 from .spec import ModelSpec
 
 __all__ = ["fit", "sample_model", "table_hash", "SAMPLERS", "attach_provenance"]
@@ -35,13 +34,6 @@ SAMPLERS = ("nutpie", "pymc", "numba")
 TARGET_ACCEPT = 0.95
 #: Per-row deterministics left out of saved posteriors (they are recomputed).
 DROP_VARS = ("log_eta_curve",)
-
-
-def table_hash(df: pd.DataFrame) -> str:
-    """SHA-256 of the schema columns of a training table (order-sensitive)."""
-    cols = [c for c in REQUIRED if c in df.columns]
-    text = df[cols].to_csv(index=False, float_format="%.10g")
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = 1000, tune: int = 1000,
