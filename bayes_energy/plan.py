@@ -41,12 +41,10 @@ Command line::
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -96,6 +94,29 @@ class Workload:
     heads: int | None = None
     grad_accum: int = 1
 
+    def __post_init__(self) -> None:
+        from .schema import LIMITS
+
+        for name in ("num_layers", "hidden_size", "ff", "seq_len", "batch_size", "grad_accum", "tokens", "heads"):
+            v = getattr(self, name)
+            if v is None and name == "heads":
+                continue
+            opt = "--" + name.replace("_", "-")
+            try:
+                f = float(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"workload {opt}: expected a positive number, got {v!r}") from None
+            lo, hi = LIMITS[name]
+            if not np.isfinite(f) or f <= 0 or (name != "tokens" and f != int(f)):
+                kind = "a positive number" if name == "tokens" else "a positive whole number"
+                raise ValueError(f"workload {opt}: expected {kind}, got {v!r}")
+            if not lo <= f <= hi:
+                raise ValueError(f"workload {opt}: {f:g} is outside the plausible range {lo:g} to {hi:g}")
+        if self.heads is not None and int(self.hidden_size) % int(self.heads):
+            raise ValueError(f"workload: --hidden-size {self.hidden_size} is not a multiple of --heads {self.heads}")
+        if not str(self.family).strip():
+            raise ValueError("workload --family: expected a model family name, got an empty value")
+
     @classmethod
     def from_architecture(cls, name: str, **size) -> Workload:
         """A workload from a named architecture in :data:`ARCHITECTURES`.
@@ -123,13 +144,17 @@ def _known_levels(idata, dim: str) -> list[str]:
     return list(load_spec(idata).config["levels"][dim])
 
 
-def resolve_hardware(names: Sequence[str], known: Sequence[str]) -> list[str]:
+def resolve_hardware(names: Sequence[str], known: Sequence[str], allow_unknown: bool = False) -> list[str]:
     """Map short hardware names (``A100``) to the model's levels.
 
     An exact match wins; otherwise a unique case-insensitive substring match.
-    Names matching nothing are kept as they are (the model then predicts them
-    from its population of hardware, with a warning).
+    A name matching nothing raises a ValueError that lists the known names
+    (with close matches first), unless ``allow_unknown``: then it is kept
+    as it is and the model predicts it from its population of hardware,
+    with a warning and wide intervals.
     """
+    import difflib
+
     out = []
     for name in names:
         if name in known:
@@ -138,6 +163,11 @@ def resolve_hardware(names: Sequence[str], known: Sequence[str]) -> list[str]:
         hits = [k for k in known if name.lower() in k.lower()]
         if len(hits) > 1:
             raise ValueError(f"hardware {name!r} is ambiguous: it matches {', '.join(hits)}")
+        if not hits and not allow_unknown:
+            close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.3)
+            hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+            raise ValueError(f"--hardware {name!r} is not in the fit{hint}; it knows {', '.join(map(repr, known))}. "
+                             "Pass --allow-unknown-hardware to predict it from the population of hardware (wide intervals)")
         out.append(hits[0] if hits else name)
     return out
 
@@ -453,7 +483,7 @@ def plan(idata, workload: Workload | Mapping, strategies: Sequence[str] | None =
          n_gpus: Sequence[int] = (1, 2, 4, 8), hardware: Sequence[str] | None = None,
          deadline_s: float | None = None, p: float = 0.9, energy_budget_j: float | None = None,
          prob: float = DEFAULT_PROB, rank_by: str = "median", parallel_on_one: bool = False,
-         n_draws: int | None = None, seed: int | None = None) -> Plan:
+         n_draws: int | None = None, seed: int | None = None, allow_unknown_hardware: bool = False) -> Plan:
     """Energy and time of every candidate configuration of a workload, and a choice.
 
     Parameters
@@ -487,6 +517,9 @@ def plan(idata, workload: Workload | Mapping, strategies: Sequence[str] | None =
         Also consider the parallel strategies on one device.
     n_draws, seed
         Thin the posterior; seed the predictive noise.
+    allow_unknown_hardware : bool, default False
+        Predict hardware the model never saw from its population of
+        hardware instead of refusing it (see :func:`resolve_hardware`).
 
     Returns
     -------
@@ -507,7 +540,14 @@ def plan(idata, workload: Workload | Mapping, strategies: Sequence[str] | None =
     if strategies is None:
         strategies = _known_levels(idata, "strategy")
     known_hw = _known_levels(idata, "hardware")
-    hardware = resolve_hardware(list(hardware) if hardware is not None else known_hw, known_hw)
+    hardware = resolve_hardware(list(hardware) if hardware is not None else known_hw, known_hw,
+                                allow_unknown=allow_unknown_hardware)
+    if deadline_s is not None and not (np.isfinite(deadline_s) and deadline_s > 0):
+        raise ValueError(f"deadline_s must be a positive number of seconds, got {deadline_s}")
+    if energy_budget_j is not None and not (np.isfinite(energy_budget_j) and energy_budget_j > 0):
+        raise ValueError(f"energy_budget_j must be a positive number of joules, got {energy_budget_j}")
+    if not 0 < prob < 1:
+        raise ValueError(f"prob must lie in (0, 1), got {prob}")
     cands = candidates(workload, list(strategies), list(n_gpus), hardware, parallel_on_one=parallel_on_one)
     cands["evidence"] = evidence(idata, cands)
     draws = predict_draws(idata, cands, mode="pre", n_draws=n_draws, seed=seed)
@@ -517,44 +557,52 @@ def plan(idata, workload: Workload | Mapping, strategies: Sequence[str] | None =
                     rank_by=rank_by)
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m bayes_energy.plan",
-                                 description="Energy and time of candidate configurations of a workload, and a recommendation.")
+def _parser():
+    from .cli import Parser, positive_float, positive_int, probability
+
+    ap = Parser(prog="python -m bayes_energy.plan",
+                description="Energy and time of candidate configurations of a workload, and a recommendation.")
     ap.add_argument("--posterior", required=True, help="posterior.nc written by bayes_energy.fit")
     ap.add_argument("--arch", choices=sorted(ARCHITECTURES), help="a named architecture (sets family and sizes)")
     ap.add_argument("--family", help="model family, e.g. bert or gpt")
-    ap.add_argument("--num-layers", type=int)
-    ap.add_argument("--hidden-size", type=int)
-    ap.add_argument("--ff", type=int, help="feed-forward width")
-    ap.add_argument("--heads", type=int)
-    ap.add_argument("--seq-len", type=int, required=True)
-    ap.add_argument("--batch-size", type=int, required=True)
-    ap.add_argument("--grad-accum", type=int, default=1)
-    ap.add_argument("--tokens", type=float, required=True, help="tokens the run processes")
+    ap.add_argument("--num-layers", type=positive_int)
+    ap.add_argument("--hidden-size", type=positive_int)
+    ap.add_argument("--ff", type=positive_int, help="feed-forward width")
+    ap.add_argument("--heads", type=positive_int)
+    ap.add_argument("--seq-len", type=positive_int, required=True)
+    ap.add_argument("--batch-size", type=positive_int, required=True)
+    ap.add_argument("--grad-accum", type=positive_int, default=1)
+    ap.add_argument("--tokens", type=positive_float, required=True, help="tokens the run processes")
     ap.add_argument("--strategies", nargs="+", choices=STRATEGIES, help="default: those the model was fitted on")
-    ap.add_argument("--n-gpus", nargs="+", type=int, default=[1, 2, 4, 8])
+    ap.add_argument("--n-gpus", nargs="+", type=positive_int, default=[1, 2, 4, 8])
     ap.add_argument("--hardware", nargs="+", help="hardware names or unique parts of them (default: all the model knows)")
-    ap.add_argument("--deadline-s", type=float)
-    ap.add_argument("--p", type=float, default=0.9, help="probability of meeting the deadline (default %(default)s)")
+    ap.add_argument("--allow-unknown-hardware", action="store_true",
+                    help="predict --hardware the fit never saw from the population of hardware (wide intervals)")
+    ap.add_argument("--deadline-s", type=positive_float)
+    ap.add_argument("--p", type=probability, default=0.9, help="probability of meeting the deadline (default %(default)s)")
     budget = ap.add_mutually_exclusive_group()
-    budget.add_argument("--energy-budget-j", type=float)
-    budget.add_argument("--energy-budget-kwh", type=float)
-    ap.add_argument("--prob", type=float, default=DEFAULT_PROB, help="central interval probability (default %(default)s)")
+    budget.add_argument("--energy-budget-j", type=positive_float)
+    budget.add_argument("--energy-budget-kwh", type=positive_float)
+    ap.add_argument("--prob", type=probability, default=DEFAULT_PROB, help="central interval probability (default %(default)s)")
     ap.add_argument("--rank-by", choices=("median", "mean"), default="median",
                     help="statistic of the predictive draws to minimise (default %(default)s; see the module docs)")
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--out", help="also write the full candidate table as CSV")
+    ap.add_argument("--out", help="also write the full candidate table as CSV (an existing file only with --overwrite)")
+    ap.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m bayes_energy.plan``; returns the exit status (2 on bad input)."""
-    warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
+    from .cli import OutputError, check_output_file, fail, plain_warnings, write_file
+
     args = _parser().parse_args(argv)
+    plain_warnings()
     from .models.io import PosteriorFileError, load
     from .predict import NewLevelWarning
 
     try:
+        out = check_output_file(args.out, overwrite=args.overwrite) if args.out else None
         arch = dict(ARCHITECTURES[args.arch]) if args.arch else {}
         for key in ("family", "num_layers", "hidden_size", "ff", "heads"):
             value = getattr(args, key)
@@ -572,17 +620,13 @@ def main(argv: list[str] | None = None) -> int:
             warnings.simplefilter("always", NewLevelWarning)
             result = plan(idata, workload, strategies=args.strategies, n_gpus=args.n_gpus, hardware=args.hardware,
                           deadline_s=args.deadline_s, p=args.p, energy_budget_j=budget, prob=args.prob,
-                          rank_by=args.rank_by, seed=args.seed)
-    except (SchemaError, PosteriorFileError, ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+                          rank_by=args.rank_by, seed=args.seed, allow_unknown_hardware=args.allow_unknown_hardware)
+        if out is not None:
+            write_file(out, lambda tmp: result.table.to_csv(tmp, index=False))
+    except (SchemaError, PosteriorFileError, OutputError, ValueError, FileNotFoundError) as err:
+        return fail(err)
     print(result.to_text())
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(out.suffix + ".tmp")
-        result.table.to_csv(tmp, index=False)
-        tmp.replace(out)
+    if out is not None:
         print(f"wrote {len(result.table)} candidates to {out}")
     return 0
 

@@ -27,13 +27,11 @@ Command line::
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -43,9 +41,10 @@ from . import DEFAULT_PROB
 from .datasets import KWH_TO_J
 from .models.law import block_mean, log_eta_from_curves
 from .models.spec import ModelSpec, cell_labels, group_keys
-from .schema import POST_RUN, STRATEGIES, SchemaError
+from .schema import POST_RUN, SchemaError, validate_configs
 
-__all__ = ["predict", "predict_draws", "PRE_RUN_COLUMNS", "NewLevelWarning"]
+__all__ = ["predict", "predict_draws", "check_candidates", "unknown_hardware", "PRE_RUN_COLUMNS",
+           "NewLevelWarning", "ExtrapolationWarning"]
 
 #: Columns a candidate needs (``grad_accum`` defaults to 1).
 PRE_RUN_COLUMNS = ("hardware", "family", "num_layers", "hidden_size", "ff", "seq_len", "batch_size",
@@ -57,6 +56,10 @@ _CHUNK_ELEMENTS = 1 << 19
 
 class NewLevelWarning(UserWarning):
     """A candidate's hardware x family cell was not in the training data."""
+
+
+class ExtrapolationWarning(UserWarning):
+    """A candidate lies beyond the training data (e.g. more devices than were ever measured)."""
 
 
 def _posterior_arrays(idata, n_draws: int | None, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -74,29 +77,33 @@ def _posterior_arrays(idata, n_draws: int | None, rng: np.random.Generator) -> d
 
 
 def check_candidates(configs: pd.DataFrame, source: str = "candidates") -> pd.DataFrame:
-    """Validate a candidate table and give it canonical types (pre-run columns only)."""
-    missing = [c for c in PRE_RUN_COLUMNS if c not in configs.columns]
-    if missing:
-        raise SchemaError(f"{source}: missing column(s) {', '.join(missing)}; candidates need {', '.join(PRE_RUN_COLUMNS)}")
-    if configs.empty:
-        raise SchemaError(f"{source}: no candidate rows")
-    df = configs.drop(columns=[c for c in POST_RUN if c in configs.columns]).reset_index(drop=True).copy()
-    if "grad_accum" not in df.columns:
-        df["grad_accum"] = 1
-    for col in ("num_layers", "hidden_size", "ff", "seq_len", "batch_size", "tokens", "n_gpus", "grad_accum"):
-        num = pd.to_numeric(df[col], errors="coerce")
-        bad = (num.isna() | (num <= 0)).to_numpy()
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise SchemaError(f"{source}: row {i + 2}, column '{col}': expected a positive number, got {df[col].iloc[i]!r}")
-        df[col] = num
-    df["family"] = df["family"].astype(str).str.lower()
-    df["strategy"] = df["strategy"].astype(str).str.lower()
-    bad = ~df["strategy"].isin(STRATEGIES)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise SchemaError(f"{source}: row {i + 2}, column 'strategy': expected one of {', '.join(STRATEGIES)}, got {df['strategy'].iloc[i]!r}")
-    return df
+    """Validate a candidate table and give it canonical types (pre-run columns only).
+
+    The rules are :func:`bayes_energy.schema.validate_configs`'s; post-run
+    columns (:data:`~bayes_energy.schema.POST_RUN`) are dropped.
+    """
+    if not isinstance(configs, pd.DataFrame):
+        raise SchemaError(f"{source}: expected a pandas DataFrame, got {type(configs).__name__}")
+    df = configs.drop(columns=[c for c in POST_RUN if c in configs.columns]).reset_index(drop=True)
+    return validate_configs(df, source=source)
+
+
+def _warn_extrapolation(idata, cands: pd.DataFrame) -> None:
+    """Warn when candidates use more devices than any training run of their strategy."""
+    from .models.io import PosteriorFileError, training_table
+
+    try:
+        train = training_table(idata)
+    except PosteriorFileError:
+        return
+    most = train.groupby("strategy")["n_gpus"].max().astype(int).to_dict()
+    far = [(i, s, n) for i, (s, n) in enumerate(zip(cands["strategy"], cands["n_gpus"].astype(int)))
+           if s != "single" and s in most and n > most[s]]
+    if far:
+        i, s, n = max(far, key=lambda t: t[2])
+        warnings.warn(f"{len(far)} candidate(s) use more devices than the training data's {s} runs (up to "
+                      f"{most[s]}), e.g. row {i + 2}: n_gpus {n}; the speedup curves are extrapolated there",
+                      ExtrapolationWarning, stacklevel=4)
 
 
 def _extend(P: dict, name: str, n_new: int, centre, scale, rng, axis: int) -> None:
@@ -226,6 +233,7 @@ def design_and_posterior(idata, configs: pd.DataFrame, n_draws: int | None,
     cands = check_candidates(configs)
     if "group" in configs.columns:
         cands["group"] = configs["group"].to_numpy()
+    _warn_extrapolation(idata, cands)
     A = spec.arrays(cands, allow_new=True)
     groups = _group_codes(spec, cands)
     if groups is not None:
@@ -473,32 +481,61 @@ def predict(idata, configs: pd.DataFrame, prob: float = DEFAULT_PROB, mode: str 
     return (out, draws) if return_draws else out
 
 
+def unknown_hardware(idata, hardware, source: str = "candidates") -> str:
+    """A one-line message when ``hardware`` names types the fit never saw ('' when all are known).
+
+    Close matches among the known names are suggested.
+    """
+    import difflib
+
+    from .models.io import load_spec
+
+    known = list(load_spec(idata).config["levels"]["hardware"])
+    new = sorted(set(map(str, hardware)) - set(known))
+    if not new:
+        return ""
+    hints = []
+    for name in new:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.3) or [k for k in known if name.lower() in k.lower()]
+        hints.append(f"{name!r}" + (f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""))
+    return (f"{source}: hardware {', '.join(hints)} is not in the fit, which knows {', '.join(map(repr, known))}; "
+            "pass --allow-unknown-hardware to predict it from the population of hardware (wide intervals)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bayes_energy.predict``."""
-    parser = argparse.ArgumentParser(prog="python -m bayes_energy.predict", description=__doc__.split("\n\n")[0])
+    """``python -m bayes_energy.predict``; returns the exit status (2 on bad input)."""
+    from .cli import OutputError, Parser, check_output_file, fail, plain_warnings, probability, write_file
+    from .datasets import read_csv
+
+    parser = Parser(prog="python -m bayes_energy.predict", description=__doc__.split("\n\n")[0])
     parser.add_argument("--posterior", required=True, help="posterior.nc written by bayes_energy.fit")
     parser.add_argument("--configs", required=True, help="CSV of candidate runs")
-    parser.add_argument("--out", required=True, help="CSV to write")
-    parser.add_argument("--prob", type=float, default=DEFAULT_PROB, help="central interval probability (default %(default)s)")
+    parser.add_argument("--out", required=True, help="CSV to write (an existing file only with --overwrite)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--prob", type=probability, default=DEFAULT_PROB, help="central interval probability (default %(default)s)")
     parser.add_argument("--mode", choices=("pre", "post"), default="pre")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--allow-unknown-hardware", action="store_true",
+                        help="predict hardware the fit never saw from the population of hardware (wide intervals)")
     args = parser.parse_args(argv)
+    plain_warnings()
     from .models.io import PosteriorFileError, load
 
     try:
+        out = check_output_file(args.out, overwrite=args.overwrite)
+        configs = read_csv(args.configs, what="candidate table")
+        configs = check_candidates(configs, source=args.configs).assign(
+            **{c: configs[c].to_numpy() for c in configs.columns if c in POST_RUN})
         idata = load(args.posterior)
-        configs = pd.read_csv(args.configs)
+        msg = unknown_hardware(idata, configs["hardware"], source=args.configs)
+        if msg and not args.allow_unknown_hardware:
+            return fail(msg)
         with warnings.catch_warnings():
             warnings.simplefilter("always", NewLevelWarning)
             table = predict(idata, configs, prob=args.prob, mode=args.mode, seed=args.seed)
-    except (SchemaError, PosteriorFileError, ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    table.to_csv(tmp, index=False)
-    tmp.replace(out)
+        write_file(out, lambda tmp: table.to_csv(tmp, index=False))
+    except (SchemaError, PosteriorFileError, OutputError, ValueError, FileNotFoundError) as err:
+        return fail(err)
     print(f"wrote {len(table)} predictions to {out}")
     return 0
 

@@ -25,7 +25,6 @@ Command line::
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -39,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from . import DEFAULT_PROB, __version__
+from .cli import OutputError, Parser, check_output_file, fail, plain_warnings, write_file
 from .models.io import sample_array
 from .models.spec import cell_labels
 
@@ -850,35 +850,40 @@ def write_report(fit_dir, out_pdf=None, idata=None, table: pd.DataFrame | None =
     fit_dir = Path(fit_dir)
     out = Path(out_pdf) if out_pdf is not None else fit_dir / "report.pdf"
     f = _load(fit_dir, idata=idata, table=table)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
     rc = {"pdf.fonttype": 42, "font.size": 9, "axes.titlesize": 10, "figure.dpi": 100}
-    try:
+
+    def write(tmp):
         with matplotlib.rc_context(rc), PdfPages(tmp, metadata={"Title": f"bayes_energy report: {_folder(fit_dir)}",
                                                          "Creator": f"bayes_energy {__version__}"}) as pdf:
             for page in PAGES:
                 page(pdf, f)
-        tmp.replace(out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+
+    write_file(out, write)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bayes_energy.report DIR [--out PDF]``; returns the exit status."""
-    warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
-    ap = argparse.ArgumentParser(prog="python -m bayes_energy.report", description="Write the PDF report of a fit folder.")
+    """``python -m bayes_energy.report DIR [--out PDF] [--overwrite]``; returns the exit status."""
+    plain_warnings()
+    ap = Parser(prog="python -m bayes_energy.report", description="Write the PDF report of a fit folder.")
     ap.add_argument("fit_dir", help="folder written by python -m bayes_energy.fit")
-    ap.add_argument("--out", help="PDF to write (default FIT_DIR/report.pdf)")
+    ap.add_argument("--out", help="PDF to write (default FIT_DIR/report.pdf, replaced if there)")
+    ap.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")
     args = ap.parse_args(argv)
     from .models.io import PosteriorFileError
 
+    fit_dir = Path(args.fit_dir)
     try:
-        out = write_report(args.fit_dir, out_pdf=args.out)
-    except (PosteriorFileError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        if not fit_dir.is_dir():
+            raise OutputError(f"{fit_dir}: {'is a file' if fit_dir.exists() else 'no such folder'}; "
+                              "give a folder written by python -m bayes_energy.fit")
+        if args.out is not None:
+            check_output_file(args.out, "--out", overwrite=args.overwrite)
+        else:
+            check_output_file(fit_dir / "report.pdf", "report", overwrite=True)
+        out = write_report(fit_dir, out_pdf=args.out)
+    except (PosteriorFileError, OutputError, FileNotFoundError, ValueError) as err:
+        return fail(err)
     print(f"wrote {out}")
     return 0
 
