@@ -40,6 +40,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from .cli import Parser, fail, nonnegative_float, positive_float, positive_int, probability, scratch_dir
 from .runner import meters
 from .runner.plan import Plan, PlanError, RunConfig, config_key, load_plan, parse_shard, shard
 from .schema import REQUIRED, SchemaError, validate
@@ -77,18 +78,37 @@ class SweepError(RuntimeError):
 class SweepTable:
     """The output CSV, opened for durable appends.
 
-    Opening takes an exclusive lock (a second sweep on the same file fails at
-    once), cuts off a torn last line left by a killed process and writes the
-    header to a new file.
+    Opening checks that an existing file is a sweep table written by this
+    runner (a foreign file is refused before anything is changed), takes an
+    exclusive lock (a second sweep on the same file fails at once), cuts off a
+    torn last line left by a killed process and writes the header to a new
+    file. With ``read_only`` (``--dry-run``) nothing is created, locked or
+    changed.
 
     Parameters
     ----------
     path : path
         The CSV file; created with its folder if missing.
+    read_only : bool
+        Only read what is there.
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, read_only: bool = False) -> None:
         self.path = Path(path)
+        self.read_only = read_only
+        self.fd = -1
+        self.repaired_bytes = 0
+        if self.path.is_dir():
+            raise SweepError(f"--out {self.path}: is a folder; give the sweep table's file name (CSV)")
+        for parent in self.path.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise SweepError(f"--out {self.path}: {parent} is a file, not a folder")
+                break
+        existing = self._existing_header()
+        if read_only:
+            self.fieldnames = existing or list(COLUMNS)
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not self.path.exists()
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
@@ -96,11 +116,40 @@ class SweepTable:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self.fd)
+            self.fd = -1
             raise SweepError(f"{self.path}: another sweep is writing this file") from None
         if new:
             _fsync_dir(self.path.parent)
         self.repaired_bytes = self._repair()
         self.fieldnames = self._header()
+
+    def _existing_header(self) -> list[str] | None:
+        """The header of an existing file, after checking it is ours; None for a missing or empty file."""
+        try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(1 << 16)
+        except FileNotFoundError:
+            return None
+        if not head:
+            return None
+        line, newline, _ = head.partition(b"\n")
+        ours = _csv_line(COLUMNS)
+        if not newline:
+            if ours.startswith(head):  # a header torn by a killed sweep
+                return None
+            raise SweepError(f"--out {self.path}: not a sweep table written by this runner (no header line); "
+                             "nothing was changed. Write to a new file")
+        try:
+            header = next(csv.reader([line.decode("utf-8")]))
+        except (UnicodeDecodeError, csv.Error, StopIteration):
+            header = []
+        need = [c for c in (*REQUIRED, "status", "error", "workload") if c not in header]
+        if need:
+            raise SweepError(
+                f"--out {self.path}: not a sweep table written by this runner; its header lacks "
+                f"{', '.join(need[:4])}{' ...' if len(need) > 4 else ''}. Nothing was changed; write to a new file"
+            )
+        return header
 
     def _repair(self) -> int:
         """Cut a trailing partial line; return the bytes removed."""
@@ -121,14 +170,7 @@ class SweepTable:
             self._write_line(_csv_line(COLUMNS))
             return list(COLUMNS)
         with open(self.path, newline="") as fh:
-            header = next(csv.reader(fh))
-        need = [c for c in (*REQUIRED, "status", "error", "workload") if c not in header]
-        if need:
-            raise SweepError(
-                f"{self.path}: not a sweep table written by this runner; its header lacks {', '.join(need)}. "
-                "Write to a new file."
-            )
-        return header
+            return next(csv.reader(fh))
 
     def _write_line(self, data: bytes) -> None:
         view = memoryview(data)
@@ -139,6 +181,8 @@ class SweepTable:
 
     def rows(self) -> list[dict[str, str]]:
         """The rows already in the file, as text."""
+        if not self.path.exists():
+            return []
         with open(self.path, newline="") as fh:
             return list(csv.DictReader(fh))
 
@@ -528,15 +572,15 @@ def run_sweep(plan: Plan, out: str | os.PathLike, node: Node, shard_spec: tuple[
     configs = shard(plan.configs, i, n)
     shard_text = f"{i}/{n}"
     summary = {"planned": len(configs), "done_before": 0, "ok": 0, "failed": 0, "unfit": 0, "wall_s": 0.0}
-    if node.meter == "estimate":
-        tdp = meters.EstimateMonitor(tdp_w=node.tdp_w, idle_fraction=node.idle_fraction)
-        _say(
-            "NOTE: energy is an ESTIMATE, not a measurement (energy_source='estimate'): "
-            f"{node.why_estimate}. Power = idle + (TDP - idle) x CPU utilisation of the run's processes, "
-            f"with TDP = {tdp.tdp_w:g} W (--tdp-w) and idle = {tdp.idle_w:g} W (--idle-fraction) "
-            f"on {tdp.cores} logical cores."
-        )
-    with SweepTable(out) as table:
+    with SweepTable(out, read_only=dry_run) as table:
+        if node.meter == "estimate":
+            tdp = meters.EstimateMonitor(tdp_w=node.tdp_w, idle_fraction=node.idle_fraction)
+            _say(
+                "NOTE: energy is an ESTIMATE, not a measurement (energy_source='estimate'): "
+                f"{node.why_estimate}. Power = idle + (TDP - idle) x CPU utilisation of the run's processes, "
+                f"with TDP = {tdp.tdp_w:g} W (--tdp-w) and idle = {tdp.idle_w:g} W (--idle-fraction) "
+                f"on {tdp.cores} logical cores."
+            )
         if table.repaired_bytes:
             _say(f"{out}: removed a partial last line ({table.repaired_bytes} bytes) left by an interrupted sweep")
         if retry_failed and not dry_run:
@@ -572,7 +616,7 @@ def run_sweep(plan: Plan, out: str | os.PathLike, node: Node, shard_spec: tuple[
         node.measure_idle(idle_s)
         _say(f"idle power {node.idle_power_w(1):.2f} W ({node.idle_source}, {idle_s:g} s); recorded in idle_power_w, not subtracted")
         timeout = timeout_s or plan.timeout_s or DEFAULT_TIMEOUT_S
-        workdir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="bayes_energy_sweep_"))
+        workdir = Path(log_dir) if log_dir else scratch_dir(tempfile.gettempdir(), "bayes_energy_sweep_")
         workdir.mkdir(parents=True, exist_ok=True)
         bar = _progress(len(todo), no_progress)
         try:
@@ -594,29 +638,29 @@ def run_sweep(plan: Plan, out: str | os.PathLike, node: Node, shard_spec: tuple[
     return summary
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def _parser() -> Parser:
+    p = Parser(
         prog="python -m bayes_energy.sweep",
         description="Measure the configurations of a TOML plan and append them to a sweep table (CSV).",
     )
     p.add_argument("plan", help="the plan file (TOML)")
     p.add_argument("--out", required=True, help="the sweep table to write or resume (CSV)")
     p.add_argument("--shard", default="0/1", help="run shard i of n (0-based), e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT")
-    p.add_argument("--tdp-w", type=float, default=None,
+    p.add_argument("--tdp-w", type=positive_float, default=None,
                    help="estimate meter: full-load CPU power in W (default 10 W per logical core)")
-    p.add_argument("--idle-fraction", type=float, default=meters.EstimateMonitor.IDLE_FRACTION,
+    p.add_argument("--idle-fraction", type=probability, default=meters.EstimateMonitor.IDLE_FRACTION,
                    help="estimate meter: idle power as a share of the TDP (default %(default)s)")
-    p.add_argument("--timeout-s", type=float, default=None,
+    p.add_argument("--timeout-s", type=positive_float, default=None,
                    help=f"per-configuration timeout (default: the plan's timeout_s, else {DEFAULT_TIMEOUT_S:g})")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--meter", choices=["auto", "nvml", "rapl", "estimate"], default="auto")
     p.add_argument("--measured-by", choices=["per-rank", "node"], default="per-rank",
                    help="GPU runs: each rank measures its own device, or local rank 0 the node's")
-    p.add_argument("--sample-period-s", type=float, default=0.1,
+    p.add_argument("--sample-period-s", type=positive_float, default=0.1,
                    help="power sampling period for GPUs without the energy counter (default %(default)s)")
-    p.add_argument("--threads-per-proc", type=int, default=1,
+    p.add_argument("--threads-per-proc", type=positive_int, default=1,
                    help="CPU runs: intra-op threads per process; one process per core is a CPU 'device' (default 1)")
-    p.add_argument("--idle-s", type=float, default=3.0, help="seconds of idle measurement before the sweep")
+    p.add_argument("--idle-s", type=nonnegative_float, default=3.0, help="seconds of idle measurement before the sweep")
     p.add_argument("--powercap-root", default=meters.POWERCAP, help=argparse.SUPPRESS)
     p.add_argument("--retry-failed", action="store_true", help="measure failed rows again (they are removed first)")
     p.add_argument("--dry-run", action="store_true", help="list what would run, run nothing")
@@ -639,8 +683,7 @@ def main(argv: list[str] | None = None) -> int:
             no_progress=args.no_progress, plan_name=Path(args.plan).name,
         )
     except (PlanError, SweepError, meters.MeterError) as err:
-        _say(f"error: {err}")
-        return 2
+        return fail(err)
     except KeyboardInterrupt:
         _say("interrupted; rows written so far are kept, re-run the same command to resume")
         return 130
