@@ -50,7 +50,9 @@ def test_candidates_cross_strategies_with_device_counts():
 def test_resolve_hardware_by_unique_substring():
     known = ["NVIDIA A100-SXM4-40GB", "NVIDIA GeForce RTX 2080 Ti"]
     assert resolve_hardware(["a100", "2080"], known) == known
-    assert resolve_hardware(["NVIDIA H100"], known) == ["NVIDIA H100"]  # new hardware passes through
+    with pytest.raises(ValueError, match="not in the fit.*--allow-unknown-hardware"):
+        resolve_hardware(["NVIDIA H100"], known)
+    assert resolve_hardware(["NVIDIA H100"], known, allow_unknown=True) == ["NVIDIA H100"]  # asked for: passes through
     with pytest.raises(ValueError, match="ambiguous"):
         resolve_hardware(["NVIDIA"], known)
 
