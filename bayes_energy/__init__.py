@@ -10,8 +10,10 @@ stages are imported on first use.
 
 from __future__ import annotations
 
+import sys
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from types import ModuleType
 
 try:
     __version__ = version("bayes_energy")
@@ -37,3 +39,24 @@ def __getattr__(name: str):
         module, attr = _LAZY[name]
         return getattr(import_module(module), attr)
     raise AttributeError(f"module 'bayes_energy' has no attribute {name!r}")
+
+
+class _Package(ModuleType):
+    """The package module: ``bayes_energy.predict`` and ``bayes_energy.plan`` stay the functions.
+
+    Importing the submodule ``bayes_energy.predict`` makes Python set the
+    package attribute ``predict`` to that module, which would shadow the
+    documented function (``be.predict(idata, candidates)`` would then raise
+    "'module' object is not callable"). Here such an assignment stores the
+    function instead. The submodules stay importable as usual
+    (``from bayes_energy.predict import check_candidates``,
+    ``importlib.import_module("bayes_energy.predict")``).
+    """
+
+    def __setattr__(self, name, value):
+        if name in _LAZY and isinstance(value, ModuleType) and value.__name__ == _LAZY[name][0]:
+            value = getattr(value, _LAZY[name][1])
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -187,7 +187,13 @@ def candidates(workload: Workload | Mapping, strategies: Sequence[str], n_gpus: 
         One row per candidate with the workload columns, ``hardware``,
         ``strategy`` and ``n_gpus``.
     """
-    w = workload.as_dict() if isinstance(workload, Workload) else dict(workload)
+    if not isinstance(workload, Workload):
+        try:
+            workload = Workload(**workload)
+        except TypeError as err:
+            raise ValueError(f"workload: {err}; the keys are those of Workload "
+                             "(family, num_layers, hidden_size, ff, seq_len, batch_size, tokens, grad_accum, heads)") from None
+    w = workload.as_dict()
     bad = [s for s in strategies if s not in STRATEGIES]
     if bad:
         raise ValueError(f"unknown strategy {', '.join(bad)}; choose from {', '.join(STRATEGIES)}")

@@ -14,6 +14,7 @@ Writes benchmarks/results/predict_speed.csv and .md.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 import tracemalloc
@@ -24,7 +25,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-import bayes_energy.predict as bp
+bp = importlib.import_module("bayes_energy.predict")  # the module (bayes_energy.predict is the function)
 from bayes_energy.models.io import load, load_spec, training_table
 from bayes_energy.predict import predict
 

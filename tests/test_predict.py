@@ -1,5 +1,6 @@
 """bayes_energy.predict: candidate checks, summaries, intervals that widen off the data, the CLI."""
 
+import importlib
 import subprocess
 import sys
 import warnings
@@ -130,7 +131,7 @@ def test_predict_cli(small_fit, small_fit_dir, tmp_path, isolated_env):
 @pytest.mark.slow
 def test_predict_is_reproducible_whatever_the_thread_count(small_fit, monkeypatch):
     """One seed, one answer: chunks have their own random streams; the summaries are those of the draws."""
-    import bayes_energy.predict as bp
+    bp = importlib.import_module("bayes_energy.predict")
 
     idata, table = small_fit
     runs = table.sample(4000, replace=True, random_state=4)  # 3 chunks of 1747 at 300 draws

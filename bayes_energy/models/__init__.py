@@ -6,7 +6,18 @@
 
 from __future__ import annotations
 
-from . import hierarchical, pooled
+import logging
+import warnings
+
+# PyTensor warns, on its first compile, that it "could not link to a BLAS installation ... severely
+# degraded": pip wheels of numpy ship an OpenBLAS with renamed symbols that PyTensor's C backend cannot
+# link. Our default sampler, nutpie, compiles the model with numba (whose matrix products call numpy's
+# BLAS), and predict, plan and the report use numpy only, so that C path is not used and the warning
+# would only alarm users. `--sampler pymc` does use the C backend; models.sample says so on that path.
+warnings.filterwarnings("ignore", message="PyTensor could not link to a BLAS installation", category=UserWarning)
+logging.getLogger("pytensor.tensor.blas").setLevel(logging.ERROR)  # its "Using NumPy C-API based implementation" line
+
+from . import hierarchical, pooled  # noqa: E402 - after the filter, which must precede PyTensor's import
 
 #: Bayesian models: name -> default config.
 MODELS = {pooled.NAME: pooled.DEFAULT_CONFIG, hierarchical.NAME: hierarchical.DEFAULT_CONFIG}

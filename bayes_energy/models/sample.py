@@ -75,6 +75,13 @@ def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = 1000, tu
                               target_accept=target_accept)
         return idata
     kwargs = {"compile_kwargs": {"mode": "NUMBA"}} if sampler == "numba" else {}
+    if sampler == "pymc":
+        import pytensor
+
+        if not pytensor.config.blas__ldflags:
+            warnings.warn("sampler 'pymc' runs PyTensor's C backend, which found no BLAS to link here: "
+                          "it will be slower than the default 'nutpie' (results are the same)", RuntimeWarning,
+                          stacklevel=2)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=min(chains, 2), random_seed=seed,
