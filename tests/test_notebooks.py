@@ -12,7 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-EXPECTED = ("01_quickstart.ipynb", "02_reproduce_paper.ipynb", "03_planning_under_uncertainty.ipynb")
+EXPECTED = ("01_quickstart.ipynb", "02_reproduce_paper.ipynb", "03_planning_under_uncertainty.ipynb",
+            "04_design_the_next_sweep.ipynb")
 #: Small runs for CI: 2 chains x 150 draws (150 tuning steps).
 CI_DRAWS = {"BAYES_ENERGY_DRAWS": "150", "BAYES_ENERGY_CHAINS": "2"}
 
@@ -21,7 +22,7 @@ def _cells(path):
     return json.loads(path.read_text())["cells"]
 
 
-def test_the_three_notebooks_are_there():
+def test_the_notebooks_are_there():
     assert tuple(p.name for p in NOTEBOOKS) == EXPECTED
 
 
@@ -49,7 +50,7 @@ def test_notebook_executes(path, request, isolated_env, monkeypatch, tmp_path):
     env = dict(isolated_env) | CI_DRAWS
     if path.name.startswith("03"):
         env["BAYES_ENERGY_POSTERIOR"] = str(request.getfixturevalue("small_fit_dir") / "posterior.nc")
-    if path.name.startswith(("02", "03")):
+    if path.name.startswith(("02", "03", "04")):
         request.getfixturevalue("mayaki_table")  # skip locally / fail in CI without the reference dataset
     for key, value in env.items():
         monkeypatch.setenv(key, value)
