@@ -593,6 +593,9 @@ def _parser():
     ap.add_argument("--rank-by", choices=("median", "mean"), default="median",
                     help="statistic of the predictive draws to minimise (default %(default)s; see the module docs)")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--probe", metavar="PROBE.csv",
+                    help="measured windows of this job (sweep-table rows): show each candidate's energy before and "
+                         "after the probe, and how much of the remaining width is run-to-run noise")
     ap.add_argument("--out", help="also write the full candidate table as CSV (an existing file only with --overwrite)")
     ap.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     return ap
@@ -632,6 +635,21 @@ def main(argv: list[str] | None = None) -> int:
     except (SchemaError, PosteriorFileError, OutputError, ValueError, FileNotFoundError) as err:
         return fail(err)
     print(result.to_text())
+    if args.probe:
+        from .probe import probe_update, read_probe
+
+        try:
+            windows = read_probe(args.probe)
+            hw = resolve_hardware(list(windows["hardware"].unique()), list(result.table["hardware"].unique()))
+            job = result.table[result.table["hardware"].isin(hw)]
+            if job.empty:
+                raise ValueError(f"--probe {args.probe}: its hardware {', '.join(hw)} is not among the candidates")
+            res = probe_update(idata, windows.assign(hardware=windows["hardware"].replace(dict(zip(
+                windows["hardware"].unique(), hw)))), job.reset_index(drop=True), prob=args.prob, seed=args.seed,
+                source=args.probe)
+        except (SchemaError, ValueError, FileNotFoundError) as err:
+            return fail(err)
+        print("\n" + res.to_text())
     if out is not None:
         print(f"wrote {len(result.table)} candidates to {out}")
     return 0
