@@ -24,8 +24,6 @@ from tests._data import mayaki_path
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"chains": 2, "draws": 150, "tune": 200, "seed": 1}
-
-
 @pytest.fixture(scope="session")
 def mayaki_table():
     """The reference dataset as a validated sweep table."""
@@ -35,13 +33,35 @@ def mayaki_table():
 
 
 @pytest.fixture(scope="session")
-def small_fit(mayaki_table):
-    """(idata, table): the hierarchical model fitted once per session on the reference dataset."""
+def small_fit(mayaki_table, tmp_path_factory, worker_id):
+    """(idata, table): the hierarchical model fitted once per session on the reference dataset.
+
+    The suite runs on two xdist workers (``addopts`` in pyproject.toml; model compiles are
+    single-threaded, so two side by side use both cores). The first worker that needs this fit
+    makes it and saves it in the session's shared temporary folder; the other waits on a lock
+    and loads the file, so the fit is made once per session, not once per worker.
+    """
+    import fcntl
+
+    from bayes_energy.models.io import load, save
     from bayes_energy.models.sample import fit
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        idata = fit(mayaki_table, model="hierarchical", progress=False, **SMALL)
+    def make():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fit(mayaki_table, model="hierarchical", progress=False, **SMALL)
+
+    if worker_id == "master":  # no xdist: nothing to share
+        return make(), mayaki_table
+    shared = tmp_path_factory.getbasetemp().parent  # one per session, seen by every worker
+    path = shared / "small_fit.nc"
+    with open(shared / "small_fit.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            save(make(), path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = load(path)
     return idata, mayaki_table
 
 
