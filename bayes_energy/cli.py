@@ -74,44 +74,25 @@ def _number(text: str, kind: type):
     return value
 
 
-def positive_int(text: str) -> int:
-    """argparse type: a whole number >= 1."""
-    v = _number(text, int)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return v
+def _checked(kind: type, ok: Callable[[float], bool], expected: str, doc: str) -> Callable[[str], float]:
+    """An argparse type: ``text`` read as ``kind`` (see :func:`_number`), refused unless ``ok(value)``."""
+
+    def parse(text: str):
+        v = _number(text, kind)
+        if not ok(v):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return v
+
+    parse.__doc__ = f"argparse type: {doc}."
+    return parse
 
 
-def nonnegative_int(text: str) -> int:
-    """argparse type: a whole number >= 0."""
-    v = _number(text, int)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return v
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
-    v = _number(text, float)
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return v
-
-
-def nonnegative_float(text: str) -> float:
-    """argparse type: a finite number >= 0."""
-    v = _number(text, float)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return v
-
-
-def probability(text: str) -> float:
-    """argparse type: a probability strictly between 0 and 1."""
-    v = _number(text, float)
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"expected a probability strictly between 0 and 1, got {text!r}")
-    return v
+positive_int = _checked(int, lambda v: v >= 1, "a whole number >= 1", "a whole number >= 1")
+nonnegative_int = _checked(int, lambda v: v >= 0, "a whole number >= 0", "a whole number >= 0")
+positive_float = _checked(float, lambda v: v > 0, "a positive number", "a finite number > 0")
+nonnegative_float = _checked(float, lambda v: v >= 0, "a number >= 0", "a finite number >= 0")
+probability = _checked(float, lambda v: 0 < v < 1, "a probability strictly between 0 and 1",
+                       "a probability strictly between 0 and 1")
 
 
 def plain_warnings() -> None:
