@@ -175,7 +175,7 @@ def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rn
             main = P["curve_beta_main"]  # (sample, curve_coef, curve_main)
             slopes = _new_cell_draws(P, spec, "curve_beta_cell", new, main[:, None], pri["tau_curve_beta"], rng)
             full = np.zeros(slopes.shape[:3] + (P["curve_beta"].shape[-1],))
-            full[..., [0, 2]] = slopes  # they move usl_sigma and tp_gain (build.build_model)
+            full[..., spec.curve_moved_index] = slopes  # the parameters they move (build.build_model)
             P["curve_beta"] = np.concatenate([P["curve_beta"], full], axis=1)
     if "group_idx" in A and "E_u" in P:
         ngroup = P["E_u"].shape[1]

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .models import default_config
+from .models.curves import CURVES
 from .models.law import block_mean, log_eta_from_curves
 from .models.spec import ModelSpec
 from .schema import validate
@@ -192,7 +193,8 @@ def simulate_sweep(design: pd.DataFrame | None = None, model: str = "pooled", co
         Config overrides (see :func:`bayes_energy.models.default_config`).
     fixed : dict, optional
         Known values of free parameters, e.g. ``{"E_mu": [0, 0.1, 0.45, -0.9],
-        "E_psi_free": [-0.3], "curve_mu": [-2, -4, 0, 0]}``; the rest is drawn
+        "E_psi_free": [-0.3], "curve_mu": [-2, -4, -1, 0, 0]}`` (curve
+        parameters in the order of ``models.curves.CURVE_PARAMS``); the rest is drawn
         from the prior.
     seed : int, optional
     return_params : bool
@@ -208,6 +210,10 @@ def simulate_sweep(design: pd.DataFrame | None = None, model: str = "pooled", co
     params = {k: prior[k].values[0, 0] for k in prior.data_vars}
     table = simulate_from_params(design, spec, params, seed=None if seed is None else seed + 1)
     return (table, params) if return_params else table
+
+
+#: The curves' default prior means, in the order of ``curve_param``.
+CURVE_PRIOR_MU = tuple(m for c in CURVES.values() for m in c.prior_mu)
 
 
 def tiny_sweep(seed: int = 0) -> pd.DataFrame:
@@ -227,7 +233,7 @@ def tiny_sweep(seed: int = 0) -> pd.DataFrame:
         "E_psi": [0.0, -0.3],
         "T_beta": [[0.0, 0.1, 0.4, -1.0], [0.3, 0.1, 0.4, -1.0]],
         "T_psi": [0.0, -0.2],
-        "curve_cell": [[-2.0, -4.0, 0.0, 0.0]] * 2,
+        "curve_cell": [list(CURVE_PRIOR_MU)] * 2,
         "eta_sigma": [0.05],
         "E_sigma": 0.05, "E_nu": 10.0, "T_sigma": 0.05, "T_nu": 10.0, "T_on_E_resid": 0.5,
     }

@@ -73,11 +73,15 @@ LEVELS = (0.5, 0.8, 0.95)
 BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {}),
                   "hierarchical_crossed": ("hierarchical", {"crossed": True}),
                   "hierarchical_shared_curves": ("hierarchical", {"curve_slopes_by_cell": False}),
-                  "hierarchical_wide_curves": ("hierarchical", {"priors": {"tau_curve_beta": 0.5}})}
+                  "hierarchical_wide_curves": ("hierarchical", {"priors": {"tau_curve_beta": 0.5}}),
+                  "hierarchical_curves_all": ("hierarchical", {"curve_covariates_on": ["usl_sigma", "usl_kappa",
+                                                                                       "usl_omega", "tp_gain",
+                                                                                       "tp_rate"]}),
+                  "hierarchical_omega_only": ("hierarchical", {"curve_covariates_on": ["usl_omega", "tp_gain"]})}
 BAYES_MODELS = ("pooled", "hierarchical")
 #: Extra settings: a hardware type left out; a hardware x family cell left out.
 EXTRA_SETTINGS = ("new_hw", "new_cell")
-METRICS = ("r2", "rmse", "slope", "cov50", "cov80", "cov95", "hw95", "mlpd", "divergences", "max_rhat")
+METRICS = ("r2", "rmse", "slope", "cov50", "cov80", "cov95", "hw95", "mlpd", "eta_rmse", "divergences", "max_rhat")
 GB_FEATURES = ("log_compute", "log_memory", "log_params", "log_tokens", "log_seq_len", "log_batch", "log_n_gpus")
 
 
@@ -115,6 +119,17 @@ def grouped_splits(df: pd.DataFrame, n_splits: int, seed: int, test_size: float 
             if len(out) == n_splits:
                 break
     return out
+
+
+def inner_split(table: pd.DataFrame, train_rows: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A grouped 70/30 split *inside* an outer training part (rows of ``table``).
+
+    Model choices are made on these inner splits (``--inner``), never on an
+    outer split's test part.
+    """
+    train = table.iloc[train_rows].reset_index(drop=True)
+    tr, te = grouped_splits(train, 1, seed)[0]
+    return train_rows[tr], train_rows[te]
 
 
 def calibration_split(train: pd.DataFrame, test: pd.DataFrame, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -309,6 +324,13 @@ def energy_loc_scale(idata, configs: pd.DataFrame, mode: str, seed: int):
     return mu, np.broadcast_to(sig, mu.shape), P["E_nu"]
 
 
+def eta_rmse(test: pd.DataFrame, log_eta_pred: np.ndarray) -> float:
+    """RMSE of the predicted ln efficiency on the multi-device rows with a measured efficiency."""
+    obs = np.log(test["efficiency"].to_numpy(float))
+    ok = (test["n_gpus"].to_numpy() > 1) & np.isfinite(obs)
+    return float(np.sqrt(np.mean((log_eta_pred[ok] - obs[ok]) ** 2))) if ok.any() else np.nan
+
+
 def mlpd(y: np.ndarray, mu: np.ndarray, sigma: np.ndarray, nu: np.ndarray) -> float:
     """Mean over rows of log mean over draws of the Student-t density at ``y``."""
     from scipy.special import logsumexp
@@ -329,10 +351,14 @@ def evaluate_bayes(runner: BayesRunner, train: pd.DataFrame, test: pd.DataFrame,
     for mode in ("post", "pre"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NewLevelWarning)
-            draws = predict_draws(idata, test, mode=mode, seed=seed)["log_energy_j"]
+            pred = predict_draws(idata, test, mode=mode, seed=seed)
+            draws, eta_draws = pred["log_energy_j"], pred["log_eta"]
         m = point_metrics(y, draws.mean(axis=0))
         m.update(draw_metrics(y, draws))
         m["mlpd"] = mlpd(y, *energy_loc_scale(idata, test, mode, seed))
+        if mode == "pre":
+            # held-out ln efficiency of multi-device rows: what the speedup-curve sub-model gets right
+            m["eta_rmse"] = eta_rmse(test, eta_draws.mean(axis=0))
         m.update(diag)
         out[f"{runner.name}_{mode}"] = m
     return out
@@ -364,7 +390,7 @@ def markdown_table(summary: pd.DataFrame) -> str:
             return f"{r[m]:.0f} [{r[m + '_q25']:.0f}, {r[m + '_q75']:.0f}]"
         return f"{r[m]:.{d}f} [{r[m + '_q25']:.{d}f}, {r[m + '_q75']:.{d}f}]"
 
-    digits = {"r2": 3, "rmse": 3, "slope": 2, "cov50": 2, "cov80": 2, "cov95": 2, "hw95": 2, "mlpd": 2,
+    digits = {"r2": 3, "rmse": 3, "slope": 2, "cov50": 2, "cov80": 2, "cov95": 2, "hw95": 2, "mlpd": 2, "eta_rmse": 3,
               "divergences": 0, "max_rhat": 3}
     tab = pd.DataFrame({"setting": summary["setting"], "model": summary["model"], "splits": summary["n_splits"]})
     for m, d in digits.items():
@@ -375,7 +401,7 @@ def markdown_table(summary: pd.DataFrame) -> str:
 def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 300, tune: int = 300,
         chains: int = 2, models: tuple[str, ...] = tuple(POINT_MODELS) + BAYES_MODELS,
         settings: tuple[str, ...] = SETTINGS + EXTRA_SETTINGS, out: Path | None = None,
-        data: str | None = None, tag: str | None = None, log=print) -> pd.DataFrame:
+        data: str | None = None, tag: str | None = None, inner: bool = False, log=print) -> pd.DataFrame:
     """Run the protocol; write ``mayaki2026_seedN.csv`` (+ ``.md`` and per-split rows); return the summary."""
     t_start = time.perf_counter()
     df = load_mayaki2026(data)
@@ -403,6 +429,8 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
                     splits.append((table.index.difference(rows).to_numpy(), np.asarray(rows)))
         else:
             splits = grouped_splits(table, n_splits, seed)
+            if inner:
+                splits = [inner_split(table, tr, seed + i) for i, (tr, _) in enumerate(splits)]
         for i, (tr, te) in enumerate(splits):
             train, test = table.iloc[tr].reset_index(drop=True), table.iloc[te].reset_index(drop=True)
             t0 = time.perf_counter()
@@ -428,7 +456,8 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
     wall = time.perf_counter() - t_start
     out = Path(out) if out is not None else RESULTS
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"mayaki2026_seed{seed}" + ("_quick" if quick else "") + (f"_{tag}" if tag else "")
+    stem = (f"mayaki2026_seed{seed}" + ("_inner" if inner else "") + ("_quick" if quick else "")
+            + (f"_{tag}" if tag else ""))
     summary.to_csv(out / f"{stem}.csv", index=False, float_format="%.5g")
     rows.to_csv(out / f"{stem}_splits.csv", index=False, float_format="%.5g")
     conf = (f"seed {seed}; {summary['n_splits'].max()} splits per setting; Bayesian fits: {chains} chains x "
@@ -463,12 +492,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="output folder (default benchmarks/results)")
     p.add_argument("--data", default=None, help="the authors' CSV or its folder (default: see find_mayaki2026)")
     p.add_argument("--tag", default=None, help="suffix of the output files (e.g. an ablation's name)")
+    p.add_argument("--inner", action="store_true",
+                   help="evaluate on a grouped split inside each outer training part (for choosing a model "
+                        "without looking at the outer test parts)")
     a = p.parse_args(argv)
     if a.quick:
         a.splits, a.draws, a.tune = min(a.splits, 2), min(a.draws, 150), min(a.tune, 150)
     warnings.filterwarnings("ignore", category=FutureWarning)
     run(seed=a.seed, n_splits=a.splits, quick=a.quick, draws=a.draws, tune=a.tune, chains=a.chains,
-        models=tuple(a.models.split(",")), settings=tuple(a.settings.split(",")), out=a.out, data=a.data, tag=a.tag,
+        models=tuple(a.models.split(",")), settings=tuple(a.settings.split(",")), out=a.out, data=a.data, tag=a.tag, inner=a.inner,
         log=lambda s: print(s, flush=True))
     return 0
 

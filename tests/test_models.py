@@ -8,6 +8,7 @@ import pytest
 from bayes_energy.datasets import load_mayaki2026
 from bayes_energy.models import default_config
 from bayes_energy.models.build import build_model, model_data
+from bayes_energy.models.curves import CURVE_PARAMS
 from bayes_energy.models.law import (
     block_mean,
     curve_log_eta,
@@ -57,8 +58,9 @@ def test_numpy_and_pytensor_law_agree(spec, table, slopes_by_cell):
         "E_beta": rng.normal(size=(ncell, ncoef)) * 0.3,
         "E_psi": rng.normal(size=nstrat),
         "E_psi_cell": rng.normal(size=(ncell, nstrat)) * 0.1,
-        "curve_cell": rng.normal(size=(ncell, 4)) * 0.5,
-        "curve_beta": rng.normal(size=(ncell, ncurve, 4) if slopes_by_cell else (ncurve, 4)) * 0.2,
+        "curve_cell": rng.normal(size=(ncell, len(CURVE_PARAMS))) * 0.5,
+        "curve_beta": rng.normal(size=(ncell, ncurve, len(CURVE_PARAMS)) if slopes_by_cell
+                                 else (ncurve, len(CURVE_PARAMS))) * 0.2,
     }
     eta_np = log_eta_from_curves(P, A, np)
     mu_np = block_mean(P, "E", A, eta_np, np)
@@ -85,8 +87,13 @@ def test_speedup_curves_shape():
     from bayes_energy.models.curves import saturating_log_eta, usl_log_eta
 
     n = np.array([1.0, 2.0, 4.0, 8.0])
-    eta = np.exp(usl_log_eta(n, np.log(0.1), np.log(1e-3), np))
+    eta = np.exp(usl_log_eta(n, np.log(0.1), np.log(1e-3), -np.inf, np))
     assert eta[0] == 1.0 and np.all(np.diff(eta) < 0)  # contention lowers efficiency
+    onset = np.exp(usl_log_eta(n, np.log(0.1), np.log(1e-3), np.log(2.0), np))
+    assert onset[0] == 1.0 and onset[1] < 0.5 * eta[1]  # the distribution overhead: a step from one to two devices
+    assert np.all(n * onset <= n)  # never super-linear
+    # beyond two devices the overhead is a constant: efficiency then falls more slowly than without it
+    assert onset[3] / onset[1] > eta[3] / eta[1]
     s = n * np.exp(saturating_log_eta(n, np.log(3.0), np.log(0.5), np))
     assert s[0] == 1.0 and np.all(np.diff(s) > 0) and s[-1] < 3.0  # saturates below S_inf
     s_slow = n * np.exp(saturating_log_eta(n, np.log(0.5), 0.0, np))

@@ -144,27 +144,27 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
                 z = pm.Normal(f"{b}_u_z", 0.0, 1.0, dims="group")
                 P[f"{b}_u"] = pm.Deterministic(f"{b}_u", z * tau_u, dims="group")
 
-        curve_mu_prior = np.asarray([m for _, (_, _, means) in CURVES.items() for m in means])
+        curve_mu_prior = np.asarray([m for c in CURVES.values() for m in c.prior_mu])
         curve_mu = pm.Normal("curve_mu", mu=curve_mu_prior, sigma=pri["curve_mu_sigma"], dims="curve_param")
         if partial:
             P["curve_cell"] = _cell_effects("curve_cell", curve_mu[None, :], pri["tau_curve"], ("cell", "curve_param"), parents)
         else:
             P["curve_cell"] = pm.Deterministic("curve_cell", pt.tile(curve_mu[None, :], (ncell, 1)), dims=("cell", "curve_param"))
         if cfg.get("curve_covariates"):
-            # covariates move the primary level of each curve (USL contention, TP ceiling);
-            # the curvature parameters (kappa, rate) stay cell-level: N in {2, 4, 6} cannot tell more
+            # covariates move the curve parameters named in config["curve_covariates_on"] (by
+            # default the primary level of each curve: USL contention, TP ceiling)
             main = pm.Normal("curve_beta_main", 0.0, pri["curve_beta_sigma"], dims=("curve_coef", "curve_main"))
             if partial and cfg.get("curve_slopes_by_cell"):
                 # each cell's curve responds to the covariates in its own way, pooled towards the population
                 # (per cell, least squares of ln eta on the covariates reach 2-5x lower error than shared slopes)
                 main = _cell_effects("curve_beta_cell", main[None], pri["tau_curve_beta"], ("cell", "curve_coef", "curve_main"),
                                      parents)
-                full = pt.zeros((ncell, len(coords["curve_coef"]), 4))
-                full = pt.set_subtensor(full[:, :, [0, 2]], main)
+                full = pt.zeros((ncell, len(coords["curve_coef"]), len(coords["curve_param"])))
+                full = pt.set_subtensor(full[:, :, spec.curve_moved_index], main)
                 P["curve_beta"] = pm.Deterministic("curve_beta", full, dims=("cell", "curve_coef", "curve_param"))
             else:
-                full = pt.zeros((len(coords["curve_coef"]), 4))
-                full = pt.set_subtensor(full[:, [0, 2]], main)
+                full = pt.zeros((len(coords["curve_coef"]), len(coords["curve_param"])))
+                full = pt.set_subtensor(full[:, spec.curve_moved_index], main)
                 P["curve_beta"] = pm.Deterministic("curve_beta", full, dims=("curve_coef", "curve_param"))
         eta_curve = pm.Deterministic("log_eta_curve", log_eta_from_curves(P, A, pt), dims="run")
         eta_sigma = pm.HalfNormal("eta_sigma", sigma=pri["eta_sigma"], dims="strategy_multi")

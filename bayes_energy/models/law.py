@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .curves import CURVES
 from .curves import log_eta as curve_log_eta
+from .curves import param_slices
 from .spec import LAW_FEATURES
 
 __all__ = ["block_mean", "curve_theta", "curve_log_eta", "log_eta_from_curves", "ETA_COLUMN"]
@@ -110,8 +110,8 @@ def log_eta_from_curves(P, A, m):
     """Log efficiency of each run from its strategy's speedup curve.
 
     The same as ``curve_log_eta(A["n_gpus"], A["curve"], curve_theta(P, A, m), m)``;
-    with numpy it forms each curve's two parameters only on that curve's runs,
-    one (sample, run) slab each, instead of all four on every run.
+    with numpy it forms each curve's parameters only on that curve's runs,
+    one (sample, run) slab each, instead of all of them on every run.
     """
     if m is not np:
         return curve_log_eta(A["n_gpus"], A["curve"], curve_theta(P, A, m), m)
@@ -119,31 +119,29 @@ def log_eta_from_curves(P, A, m):
     beta = P.get("curve_beta")  # (..., curve_coef, param), or (..., cell, curve_coef, param)
     n, curve, cells = A["n_gpus"], A["curve"], A["cell_idx"]
     out = np.zeros(cell.shape[:-2] + n.shape, dtype=cell.dtype)
-    first = 0
-    for kind, (fn, names, _) in enumerate(CURVES.values(), start=1):
+    for kind, c, sl in param_slices():
         rows = _runs_of(curve, kind)
-        params = range(first, first + len(names))
-        first += len(names)
+        params = range(sl.start, sl.stop)
         if isinstance(rows, np.ndarray) and not rows.size:
             continue
         rcells = cells[rows]
         zt = A["Z"][rows].T.astype(cell.dtype) if beta is not None else None  # (curve_coef, run)
-        by_cell = [(c, _runs_of(rcells, c)) for c in np.unique(rcells)] if beta is not None and beta.ndim > cell.ndim else []
+        by_cell = [(k, _runs_of(rcells, k)) for k in np.unique(rcells)] if beta is not None and beta.ndim > cell.ndim else []
         theta = []
         for p in params:
             t = cell[..., rcells, p]
             if by_cell:  # slopes per cell: one product per cell
-                for c, sub in by_cell:
-                    t[..., sub] += beta[..., c, :, p] @ zt[:, sub]
+                for k, sub in by_cell:
+                    t[..., sub] += beta[..., k, :, p] @ zt[:, sub]
             elif beta is not None:
                 t = t + beta[..., :, p] @ zt
             theta.append(t)
-        out[..., rows] = fn(n[rows].astype(cell.dtype), *theta, np)
+        out[..., rows] = c.fn(n[rows].astype(cell.dtype), *theta, np)
     return out
 
 
 def curve_theta(P, A, m):
-    """Row-wise speedup-curve parameters, shape (..., run, 4).
+    """Row-wise speedup-curve parameters, shape (..., run, curve_param).
 
     :math:`\\theta_{rp} = \\theta^{cell}_{cp} + z_r^\\top \\beta_p` with
     :math:`z_r` the standardised curve covariates.

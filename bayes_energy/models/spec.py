@@ -23,6 +23,7 @@ import pandas as pd
 
 from ..proxies import add_proxies
 from ..schema import STRATEGIES
+from .curves import CURVE_OF, CURVE_PARAMS, CURVES
 
 __all__ = ["ModelSpec", "LAW_FEATURES", "EXTRA_FEATURES", "CURVE_FEATURES", "design_frame", "CURVE_OF", "cell_labels"]
 
@@ -32,8 +33,9 @@ LAW_FEATURES = ("log_compute", "log_memory", "log_eta")
 EXTRA_FEATURES = ("log_tokens", "log_seq_len", "log_batch", "log_n_gpus")
 #: Covariates of the speedup-curve parameters (bigger models parallelise differently).
 CURVE_FEATURES = ("log_params", "log_tokens", "log_seq_len", "log_batch")
-#: Speedup curve used by each strategy: 0 none (single), 1 USL, 2 saturating exponential.
-CURVE_OF = {"single": 0, "ddp": 1, "fsdp": 1, "tp": 2}
+#: Curve parameters the covariates move by default (each curve's ``moved``, models.curves);
+#: ``config["curve_covariates_on"]`` can name others.
+DEFAULT_CURVE_MOVED = tuple(p for c in CURVES.values() for p in c.moved)
 
 
 def cell_labels(df: pd.DataFrame) -> pd.Series:
@@ -149,6 +151,16 @@ class ModelSpec:
 
     # ------------------------------------------------------------------ coords
     @property
+    def curve_moved(self) -> list[str]:
+        """The curve parameters that the covariates move (``config["curve_covariates_on"]``)."""
+        return list(self.config.get("curve_covariates_on", DEFAULT_CURVE_MOVED))
+
+    @property
+    def curve_moved_index(self) -> list[int]:
+        """Positions of :attr:`curve_moved` in ``curve_param``."""
+        return [CURVE_PARAMS.index(p) for p in self.curve_moved]
+
+    @property
     def energy_features(self) -> list[str]:
         """Features of the energy and time blocks (intercept first)."""
         extra = list(EXTRA_FEATURES) if self.config.get("extra_features", False) else []
@@ -169,8 +181,8 @@ class ModelSpec:
             "strategy_multi": curve_strats,
             "coef": self.energy_features,
             "curve_coef": list(CURVE_FEATURES),
-            "curve_param": ["usl_sigma", "usl_kappa", "tp_gain", "tp_rate"],
-            "curve_main": ["usl_sigma", "tp_gain"],
+            "curve_param": list(CURVE_PARAMS),
+            "curve_main": self.curve_moved,
         }
         if self.config.get("group_effects", False):
             coords["group"] = list(lv["group"])
