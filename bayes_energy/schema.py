@@ -24,8 +24,9 @@ strategy           str      ``single``, ``ddp``, ``fsdp`` or ``tp``
 n_gpus             int      devices (or processes) used; 1 for ``single``
 time_s             float    wall time of the measured window, seconds
 energy_j           float    energy of the measured window, joules
-energy_source      str      ``nvml``, ``nvml-sampled``, ``rapl``, ``estimate``
-                            or a published dataset's label
+energy_source      str      ``nvml``, ``nvml-sampled``, ``rapl``, ``estimate``,
+                            ``codecarbon``, ``zeus`` or a published dataset's
+                            label (see :data:`ENERGY_SOURCES`)
 repeats            int      runs aggregated into the row
 =================  =======  ====================================================
 
@@ -61,6 +62,7 @@ __all__ = [
     "data_notes",
     "LIMITS",
     "CONFIG_COLUMNS",
+    "ENERGY_SOURCES",
 ]
 
 #: Parallel strategies, in the order used for model coordinates.
@@ -83,6 +85,18 @@ LIMITS: dict[str, tuple[float, float]] = {
     "num_layers": (1, 10_000), "hidden_size": (1, 1_000_000), "heads": (1, 100_000), "ff": (1, 10_000_000),
     "seq_len": (1, 10_000_000), "batch_size": (1, 10_000_000), "grad_accum": (1, 1_000_000),
     "n_gpus": (1, 1_000_000), "repeats": (1, 1_000_000),
+}
+
+#: The ``energy_source`` values the package writes, and which meter each comes from.
+#: ``estimate`` is never a measurement; ``codecarbon`` may hold CodeCarbon's own TDP model of the
+#: CPU share. The column is not restricted to these.
+ENERGY_SOURCES: dict[str, str] = {
+    "nvml": "NVML total-energy counter, difference over the window (NVIDIA Volta and newer)",
+    "nvml-sampled": "NVML board power sampled by a thread, trapezoid rule (GPUs without the counter)",
+    "rapl": "Linux powercap RAPL counters, CPU packages and DRAM",
+    "estimate": "no meter: CPU power modelled from a TDP and the measured CPU utilisation",
+    "codecarbon": "a CodeCarbon log (CPU + GPU + RAM; its CPU share is RAPL or a TDP model, PUE divided out)",
+    "zeus": "a Zeus window log or Measurement (GPU energy, NVML counter or sampled power)",
 }
 
 #: Columns that describe a configuration before it runs (``heads`` optional for candidates).

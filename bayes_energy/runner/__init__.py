@@ -7,10 +7,14 @@ Modules, in the order data flows through them:
 * :mod:`~bayes_energy.runner.workload` - model, strategies and timed steps (torch).
 * :mod:`~bayes_energy.runner.worker` - the torchrun entry point, one configuration per launch.
 * :mod:`bayes_energy.sweep` - the command line that runs a plan and writes the sweep table.
+* :mod:`~bayes_energy.runner.job` - :func:`measure_job`, meter a user's own training job (one row).
+* :mod:`~bayes_energy.runner.callback` - :class:`EnergyCallback`, the same for a ``transformers.Trainer``.
+* :mod:`~bayes_energy.runner.importers` - :func:`load_codecarbon`, :func:`load_zeus`: existing logs → rows.
 
 The runner runs on GPU nodes that have torch and nvidia-ml-py but not PyMC:
 it never imports the modelling side. Importing this package imports
-neither torch nor pynvml's library (a missing NVML gives a null device).
+neither torch nor pynvml's library (a missing NVML gives a null device);
+the job meter, the callback (transformers) and the importers load on first use.
 """
 
 from __future__ import annotations
@@ -27,6 +31,16 @@ from .meters import (
 )
 from .plan import Plan, PlanError, RunConfig, load_plan
 
+_LAZY = {
+    "measure_job": "job",
+    "JobMeter": "job",
+    "JobError": "job",
+    "EnergyCallback": "callback",
+    "load_codecarbon": "importers",
+    "load_zeus": "importers",
+    "read_zeus_log": "importers",
+}
+
 __all__ = [
     "EstimateMonitor",
     "Measurement",
@@ -40,4 +54,13 @@ __all__ = [
     "PlanError",
     "RunConfig",
     "load_plan",
+    *_LAZY,
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
