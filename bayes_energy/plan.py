@@ -144,14 +144,18 @@ def _known_levels(idata, dim: str) -> list[str]:
     return list(load_spec(idata).config["levels"][dim])
 
 
-def resolve_hardware(names: Sequence[str], known: Sequence[str], allow_unknown: bool = False) -> list[str]:
+def resolve_hardware(names: Sequence[str], known: Sequence[str], allow_unknown: bool = False,
+                     by_specs: bool = False) -> list[str]:
     """Map short hardware names (``A100``) to the model's levels.
 
     An exact match wins; otherwise a unique case-insensitive substring match.
-    A name matching nothing raises a ValueError that lists the known names
-    (with close matches first), unless ``allow_unknown``: then it is kept
-    as it is and the model predicts it from its population of hardware,
-    with a warning and wide intervals.
+    With ``by_specs`` (a fit with ``spec_placement``), a name the fit does
+    not know but the GPU table does (:func:`bayes_energy.hardware.lookup`,
+    e.g. ``"NVIDIA H100 PCIe"``) maps to its table key: predictions place
+    it by its specifications. A name matching nothing raises a ValueError
+    that lists the known names (with close matches first), unless
+    ``allow_unknown``: then it is kept as it is and the model predicts it
+    from its population of hardware, with a warning and wide intervals.
     """
     import difflib
 
@@ -163,6 +167,17 @@ def resolve_hardware(names: Sequence[str], known: Sequence[str], allow_unknown: 
         hits = [k for k in known if name.lower() in k.lower()]
         if len(hits) > 1:
             raise ValueError(f"hardware {name!r} is ambiguous: it matches {', '.join(hits)}")
+        if not hits and by_specs:
+            from .hardware import UnknownHardwareError, lookup
+
+            try:
+                out.append(str(lookup(name).name))
+                continue
+            except UnknownHardwareError as err:
+                if not allow_unknown:
+                    raise ValueError(f"--hardware {name!r} is not in the fit (it knows {', '.join(map(repr, known))}) "
+                                     f"and {err}. Pass --allow-unknown-hardware to predict it from the population "
+                                     "of hardware (wide intervals)") from None
         if not hits and not allow_unknown:
             close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.3)
             hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
@@ -213,23 +228,34 @@ def candidates(workload: Workload | Mapping, strategies: Sequence[str], n_gpus: 
     return pd.DataFrame(rows)
 
 
+#: Evidence label of a cell placed by its GPU's specifications (see :func:`evidence`).
+PLACED_BY_SPECS = "new hardware/family: placed by specs"
+
+
 def evidence(idata, cands: pd.DataFrame) -> list[str]:
     """How close each candidate is to the training data.
 
     ``measured`` (this hardware, family, strategy and device count were
     run), ``new device count``, ``new strategy here`` (the strategy was never
-    run on this hardware x family) or ``new hardware/family`` (the cell is
-    predicted from the population of cells). In a measured cell, a workload
+    run on this hardware x family), ``new hardware/family: placed by specs``
+    (:data:`PLACED_BY_SPECS`: this GPU never ran this family, which was
+    measured on another GPU; placed by their specifications,
+    :func:`bayes_energy.predict.place_by_specs`) or
+    ``new hardware/family`` (the cell is predicted from the population of cells). In a measured cell, a workload
     outside the range the cell was measured on adds e.g. ``; beyond data:
     batch 8 < 16, params 5e+08 > 2.8e+08``: the law and the speedup curves
     are then extrapolated in those sizes, and the intervals only partly say so.
     """
-    from .models.io import PosteriorFileError, training_table
+    from .models.io import PosteriorFileError, load_spec, training_table
+    from .models.spec import cell_labels
+    from .predict import placement
 
     try:
         df = training_table(idata)
     except PosteriorFileError:
         return ["?"] * len(cands)
+    new_cells = sorted(set(cell_labels(cands)) - set(cell_labels(df)))
+    placed = placement(load_spec(idata), new_cells, sorted(set(cell_labels(df))))
     seen = df.groupby(["hardware", "family", "strategy"])["n_gpus"].agg(lambda s: set(s.astype(int))).to_dict()
     # the workload sizes the speedup curves take as covariates, in logs (the model's own design_frame)
     sizes = design_frame(df)[list(CURVE_FEATURES)]
@@ -239,7 +265,8 @@ def evidence(idata, cands: pd.DataFrame) -> list[str]:
     for i, r in enumerate(cands.itertuples()):
         key = (str(r.hardware), str(r.family).lower(), str(r.strategy))
         if key[:2] not in ranges.index:
-            out.append("new hardware/family")
+            placed_here = f"{r.hardware}|{r.family}" in placed
+            out.append(PLACED_BY_SPECS if placed_here else "new hardware/family")
             continue
         if key not in seen:
             label = "new strategy here"
@@ -296,6 +323,15 @@ class Plan:
         The settings used.
     notes : list of str
         Plain-language remarks (no feasible candidate, budget at risk, ...).
+    objective : {"energy", "co2e", "cost"}
+        What the recommendation minimises and the Pareto front weighs
+        against time (``draws`` then also holds ``co2e_kg`` and/or ``cost``).
+    co2_budget_kg, cost_budget : float, optional
+        Budgets reported as ``p_co2_budget`` and ``p_cost_budget``.
+    currency : str
+        Label of the cost's currency.
+    sites : list of str
+        One line per site (region, PUE, price and their sources).
     """
 
     table: pd.DataFrame
@@ -307,6 +343,11 @@ class Plan:
     prob: float = DEFAULT_PROB
     rank_by: str = "median"
     notes: list = field(default_factory=list)
+    objective: str = "energy"
+    co2_budget_kg: float | None = None
+    cost_budget: float | None = None
+    currency: str = ""
+    sites: list = field(default_factory=list)
 
     @property
     def recommendation(self) -> pd.Series | None:
@@ -331,7 +372,13 @@ class Plan:
             f"time_min_{pct}%": [f"{lo / 60:.4g}–{hi / 60:.4g}" for lo, hi in zip(t["time_s_lo"], t["time_s_hi"])],
             "power_w": t["power_w_median"],
         })
-        for col in ("p_deadline", "p_budget", "p_energy_below_single"):
+        if "region" in t.columns:
+            out.insert(3, "region", t["region"])
+        for q, name in (("co2e_kg", "co2e_kg"), ("cost", f"cost_{self.currency}" if self.currency else "cost")):
+            if f"{q}_median" in t.columns:
+                out[f"{name}_{st}"] = t[f"{q}_{st}"]
+                out[f"{name}_{pct}%"] = [f"{lo:.3g}–{hi:.3g}" for lo, hi in zip(t[f"{q}_lo"], t[f"{q}_hi"])]
+        for col in ("p_deadline", "p_budget", "p_co2_budget", "p_cost_budget", "p_energy_below_single"):
             if col in t.columns:
                 out[col] = t[col]
         out["pareto"] = t["pareto"]
@@ -348,8 +395,18 @@ class Plan:
             cond.append(f"deadline {self.deadline_s:.6g} s with probability >= {self.p:g}")
         if self.energy_budget_j is not None:
             cond.append(f"energy budget {self.energy_budget_j:.6g} J ({self.energy_budget_j / KWH_TO_J:.4g} kWh)")
+        if self.co2_budget_kg is not None:
+            cond.append(f"CO2e budget {self.co2_budget_kg:.6g} kg")
+        if self.cost_budget is not None:
+            cond.append(f"cost budget {self.cost_budget:.6g}{' ' + self.currency if self.currency else ''}")
         lines.append(f"{len(self.table)} candidates" + (f"; {'; '.join(cond)}" if cond else ""))
         lines.append(f"intervals: central {self.prob:g}; probabilities from joint posterior-predictive draws")
+        if self.sites:
+            from .carbon import ANNUAL_AVERAGE_NOTE
+
+            lines.append("CO2e = energy x PUE x grid intensity; cost = energy x PUE x price. Sites:")
+            lines += [f"  {s}" for s in self.sites]
+            lines.append(f"  note: {ANNUAL_AVERAGE_NOTE}")
         with pd.option_context("display.width", 200, "display.max_columns", 30):
             lines.append(self.to_frame().to_string(index=False, float_format=lambda v: f"{v:.3g}"))
         lines.append(self.verdict())
@@ -360,20 +417,32 @@ class Plan:
         lines = []
         rec = self.recommendation
         st = self.rank_by
+        obj = _OBJECTIVE_WORDS[self.objective]
         if rec is not None:
-            what = "lowest expected energy" if st == "mean" else "lowest median energy"
+            what = f"lowest expected {obj}" if st == "mean" else f"lowest median {obj}"
             among = "among candidates meeting the deadline" if self.deadline_s is not None else "among all candidates"
+            extra = "".join(
+                f", {word} {rec[f'{q}_{st}']:.4g}{unit} ({st}; {rec[f'{q}_lo']:.4g}–{rec[f'{q}_hi']:.4g})"
+                for q, word, unit in (("co2e_kg", "CO2e", " kg"), ("cost", "cost", f" {self.currency}" if self.currency else ""))
+                if f"{q}_median" in self.table.columns)
             lines.append(
-                f"recommended ({what} {among}): {rec['strategy']} on {int(rec['n_gpus'])} x {rec['hardware']}: "
+                f"recommended ({what} {among}): {_describe(rec)}: "
                 f"energy {rec[f'energy_j_{st}'] / 1e3:.4g} kJ ({st}; {rec['energy_j_lo'] / 1e3:.4g}–{rec['energy_j_hi'] / 1e3:.4g}), "
-                f"time {rec[f'time_s_{st}']:.4g} s ({st}; {rec['time_s_lo']:.4g}–{rec['time_s_hi']:.4g})"
+                f"time {rec[f'time_s_{st}']:.4g} s ({st}; {rec['time_s_lo']:.4g}–{rec['time_s_hi']:.4g})" + extra
             )
         else:
             lines.append("recommended: none")
         front = self.pareto
-        lines.append(f"Pareto set ({st} time vs {st} energy, fastest first): " + "; ".join(
-            f"{r['strategy']} x{int(r['n_gpus'])} {r['hardware']} ({r[f'time_s_{st}']:.4g} s, {r[f'energy_j_{st}'] / 1e3:.4g} kJ)"
-            for _, r in front.iterrows()))
+        key = _OBJECTIVE_COLUMNS[self.objective]
+
+        def value(r):
+            if self.objective == "energy":
+                return f"{r[f'energy_j_{st}'] / 1e3:.4g} kJ"
+            return f"{r[f'{key}_{st}']:.4g}" + (" kg CO2e" if self.objective == "co2e" else f" {self.currency}".rstrip())
+
+        lines.append(f"Pareto set ({st} time vs {st} {obj}, fastest first): " + "; ".join(
+            f"{r['strategy']} x{int(r['n_gpus'])} {r['hardware']}{' in ' + str(r['region']) if 'region' in r else ''} "
+            f"({r[f'time_s_{st}']:.4g} s, {value(r)})" for _, r in front.iterrows()))
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -382,12 +451,20 @@ class Plan:
 
 
 def _describe(row: pd.Series) -> str:
-    return f"{row['strategy']} on {int(row['n_gpus'])} x {row['hardware']}"
+    where = f" in {row['region']}" if "region" in row.index else ""
+    return f"{row['strategy']} on {int(row['n_gpus'])} x {row['hardware']}{where}"
+
+
+#: What a plan can rank and budget by: the column prefix and the plain word of each objective.
+_OBJECTIVE_COLUMNS = {"energy": "energy_j", "co2e": "co2e_kg", "cost": "cost"}
+_OBJECTIVE_WORDS = {"energy": "energy", "co2e": "CO2e", "cost": "cost"}
 
 
 def evaluate(cands: pd.DataFrame, energy_j: np.ndarray, time_s: np.ndarray, deadline_s: float | None = None,
              p: float = 0.9, energy_budget_j: float | None = None, prob: float = DEFAULT_PROB,
-             rank_by: str = "median") -> Plan:
+             rank_by: str = "median", co2e_kg: np.ndarray | None = None, cost: np.ndarray | None = None,
+             objective: str = "energy", co2_budget_kg: float | None = None, cost_budget: float | None = None,
+             currency: str = "", sites: Sequence[str] = ()) -> Plan:
     """Summarise joint draws of energy and time into a :class:`Plan`.
 
     Parameters
@@ -407,6 +484,20 @@ def evaluate(cands: pd.DataFrame, energy_j: np.ndarray, time_s: np.ndarray, dead
         Pareto front compares. The median is the default: under Student-t
         residuals on the log scale the predictive mean does not exist and
         its Monte Carlo estimate rests on a few tail draws.
+    co2e_kg, cost : numpy.ndarray, optional
+        Draws of kg CO2e and cost joint with ``energy_j`` (same shape), e.g.
+        from :func:`bayes_energy.carbon.cross_sites`.
+    objective : {"energy", "co2e", "cost"}, default "energy"
+        What the recommendation minimises (its ``rank_by`` statistic) and the
+        Pareto front weighs against time.
+    co2_budget_kg, cost_budget : float, optional
+        Reported as ``p_co2_budget`` and ``p_cost_budget`` (like the energy
+        budget, they do not exclude candidates; a note says when the
+        recommended one is at risk).
+    currency : str
+        Label of ``cost``.
+    sites : sequence of str
+        Descriptions of the sites, for the text.
 
     Returns
     -------
@@ -415,7 +506,8 @@ def evaluate(cands: pd.DataFrame, energy_j: np.ndarray, time_s: np.ndarray, dead
         ``time_s_*`` (``mean``, ``median``, ``lo``, ``hi``), ``power_w_median``,
         ``p_deadline`` and ``meets_deadline`` (with a deadline), ``p_budget``
         (with a budget), ``p_energy_below_single``, ``pareto``, ``p_pareto``
-        and ``recommended``.
+        and ``recommended``; with ``co2e_kg`` / ``cost`` also ``co2e_kg_*`` /
+        ``cost_*`` and ``p_co2_budget`` / ``p_cost_budget`` (with budgets).
     """
     from .predict import summarize_draws
 
@@ -427,11 +519,28 @@ def evaluate(cands: pd.DataFrame, energy_j: np.ndarray, time_s: np.ndarray, dead
     time_s = np.asarray(time_s, float)
     if energy_j.shape != time_s.shape or energy_j.shape[1] != len(cands):
         raise ValueError(f"draws must be (sample, {len(cands)}); got {energy_j.shape} and {time_s.shape}")
+    extra = {k: np.asarray(v, float) for k, v in (("co2e_kg", co2e_kg), ("cost", cost)) if v is not None}
+    for k, v in extra.items():
+        if v.shape != energy_j.shape:
+            raise ValueError(f"{k} draws must have the shape of the energy draws {energy_j.shape}, got {v.shape}")
+    if objective not in _OBJECTIVE_COLUMNS:
+        raise ValueError(f"objective must be one of {', '.join(_OBJECTIVE_COLUMNS)}, got {objective!r}")
+    needs = {"co2e_kg": "a grid intensity (--region or --grid-gco2-per-kwh)", "cost": "a price (--price-per-kwh)"}
+    for name, wanted, k in (("objective 'co2e'", objective == "co2e", "co2e_kg"),
+                            ("objective 'cost'", objective == "cost", "cost"),
+                            ("a CO2e budget", co2_budget_kg is not None, "co2e_kg"),
+                            ("a cost budget", cost_budget is not None, "cost")):
+        if wanted and k not in extra:
+            raise ValueError(f"{name} needs {needs[k]}")
+    for name, v in (("co2_budget_kg", co2_budget_kg), ("cost_budget", cost_budget)):
+        if v is not None and not (np.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a positive number, got {v}")
     table = pd.concat([
         cands.reset_index(drop=True),
         summarize_draws(energy_j, prob, "energy_j"),
         summarize_draws(energy_j / KWH_TO_J, prob, "energy_kwh"),
         summarize_draws(time_s, prob, "time_s"),
+        *[summarize_draws(v, prob, k) for k, v in extra.items()],
     ], axis=1)
     table["power_w_median"] = np.median(energy_j / time_s, axis=0)
     notes = []
@@ -440,20 +549,27 @@ def evaluate(cands: pd.DataFrame, energy_j: np.ndarray, time_s: np.ndarray, dead
         table["meets_deadline"] = table["p_deadline"] >= p
     if energy_budget_j is not None:
         table["p_budget"] = (energy_j <= energy_budget_j).mean(axis=0)
-    # P(E < E of the single-device run on the same hardware), from the same joint draws
+    if co2_budget_kg is not None:
+        table["p_co2_budget"] = (extra["co2e_kg"] <= co2_budget_kg).mean(axis=0)
+    if cost_budget is not None:
+        table["p_cost_budget"] = (extra["cost"] <= cost_budget).mean(axis=0)
+    # P(E < E of the single-device run on the same hardware (and site)), from the same joint draws
     below = np.full(len(table), np.nan)
-    for hw, idx in table.groupby("hardware").groups.items():
+    same = ["hardware", "region"] if "region" in table.columns else "hardware"
+    for hw, idx in table.groupby(same).groups.items():
         single = [i for i in idx if table.at[i, "strategy"] == "single" and table.at[i, "n_gpus"] == 1]
         if single:
             ref = energy_j[:, single[0]]
             for i in idx:
                 below[i] = np.nan if i == single[0] else float(np.mean(energy_j[:, i] < ref))
     table["p_energy_below_single"] = below
-    table["pareto"] = pareto_front(table[f"time_s_{rank_by}"].to_numpy(), table[f"energy_j_{rank_by}"].to_numpy())
-    table["p_pareto"] = pareto_front(time_s, energy_j).mean(axis=0)
+    col = _OBJECTIVE_COLUMNS[objective]
+    obj_draws = energy_j if objective == "energy" else extra[col]
+    table["pareto"] = pareto_front(table[f"time_s_{rank_by}"].to_numpy(), table[f"{col}_{rank_by}"].to_numpy())
+    table["p_pareto"] = pareto_front(time_s, obj_draws).mean(axis=0)
 
     feasible = table["meets_deadline"] if deadline_s is not None else pd.Series(True, index=table.index)
-    key = f"energy_j_{rank_by}"
+    key = f"{col}_{rank_by}"
     recommended = None
     if feasible.any():
         recommended = int(table.loc[feasible, key].idxmin())
@@ -470,26 +586,36 @@ def evaluate(cands: pd.DataFrame, energy_j: np.ndarray, time_s: np.ndarray, dead
         if energy_budget_j is not None and rec["p_budget"] < p:
             notes.append(f"the recommended candidate stays within the energy budget with probability "
                          f"{rec['p_budget']:.2f} only (< {p:g})")
+        for what, pcol in (("CO2e", "p_co2_budget"), ("cost", "p_cost_budget")):
+            if pcol in table.columns and rec[pcol] < p:
+                notes.append(f"the recommended candidate stays within the {what} budget with probability "
+                             f"{rec[pcol]:.2f} only (< {p:g})")
         fastest = table[f"time_s_{rank_by}"].idxmin()
-        if fastest != recommended:
+        # (at several sites the same configuration ties for fastest: no note when the recommended one is it)
+        if fastest != recommended and table.at[fastest, f"time_s_{rank_by}"] < rec[f"time_s_{rank_by}"]:
             f = table.loc[fastest]
+            word = _OBJECTIVE_WORDS[objective]
             notes.append(
                 f"the fastest candidate, {_describe(f)}, would take {f[f'time_s_{rank_by}'] / rec[f'time_s_{rank_by}']:.2g}x "
-                f"the time and {f[f'energy_j_{rank_by}'] / rec[f'energy_j_{rank_by}']:.2g}x the energy of the recommended one"
+                f"the time and {f[key] / rec[key]:.2g}x the {word} of the recommended one"
             )
     costlier = table[(table["n_gpus"] > 1) & (table["p_energy_below_single"] < 0.5)]
     if len(costlier):
         notes.append(f"{len(costlier)} of {int((table['n_gpus'] > 1).sum())} multi-device candidates more likely than "
                      "not use more energy than one device of the same hardware")
-    return Plan(table=table, recommended=recommended, draws={"energy_j": energy_j, "time_s": time_s},
-                deadline_s=deadline_s, p=p, energy_budget_j=energy_budget_j, prob=prob, rank_by=rank_by, notes=notes)
+    return Plan(table=table, recommended=recommended, draws={"energy_j": energy_j, "time_s": time_s, **extra},
+                deadline_s=deadline_s, p=p, energy_budget_j=energy_budget_j, prob=prob, rank_by=rank_by, notes=notes,
+                objective=objective, co2_budget_kg=co2_budget_kg, cost_budget=cost_budget, currency=currency,
+                sites=list(sites))
 
 
 def plan(idata, workload: Workload | Mapping, strategies: Sequence[str] | None = None,
          n_gpus: Sequence[int] = (1, 2, 4, 8), hardware: Sequence[str] | None = None,
          deadline_s: float | None = None, p: float = 0.9, energy_budget_j: float | None = None,
          prob: float = DEFAULT_PROB, rank_by: str = "median", parallel_on_one: bool = False,
-         n_draws: int | None = None, seed: int | None = None, allow_unknown_hardware: bool = False) -> Plan:
+         n_draws: int | None = None, seed: int | None = None, allow_unknown_hardware: bool = False,
+         sites=None, objective: str = "energy", co2_budget_kg: float | None = None,
+         cost_budget: float | None = None) -> Plan:
     """Energy and time of every candidate configuration of a workload, and a choice.
 
     Parameters
@@ -526,6 +652,15 @@ def plan(idata, workload: Workload | Mapping, strategies: Sequence[str] | None =
     allow_unknown_hardware : bool, default False
         Predict hardware the model never saw from its population of
         hardware instead of refusing it (see :func:`resolve_hardware`).
+    sites : bayes_energy.carbon.Site or sequence of Site, optional
+        Where the job could run (grid intensity, PUE, price). Every
+        candidate is crossed with every site (a ``region`` column), with
+        the same joint energy and time draws, and gets CO2e and/or cost
+        draws (:func:`bayes_energy.carbon.cross_sites`, seeded by ``seed``).
+    objective : {"energy", "co2e", "cost"}, default "energy"
+        What the recommendation minimises (see :func:`evaluate`).
+    co2_budget_kg, cost_budget : float, optional
+        Budgets reported as ``p_co2_budget`` and ``p_cost_budget``.
 
     Returns
     -------
@@ -540,14 +675,20 @@ def plan(idata, workload: Workload | Mapping, strategies: Sequence[str] | None =
     >>> w = Workload.from_architecture("bert-large", seq_len=128, batch_size=8, tokens=8e6)
     >>> p = plan(idata, w, n_gpus=range(1, 9), deadline_s=600)  # doctest: +SKIP
     >>> print(p)  # doctest: +SKIP
+    >>> from bayes_energy.carbon import Site
+    >>> green = plan(idata, w, deadline_s=600, sites=[Site.from_region("FR", pue="1.3+-0.1"),
+    ...              Site.from_region("PL", pue=1.1)], objective="co2e")  # doctest: +SKIP
     """
     from .predict import predict_draws
 
     if strategies is None:
         strategies = _known_levels(idata, "strategy")
+    from .models.io import load_spec
+
     known_hw = _known_levels(idata, "hardware")
     hardware = resolve_hardware(list(hardware) if hardware is not None else known_hw, known_hw,
-                                allow_unknown=allow_unknown_hardware)
+                                allow_unknown=allow_unknown_hardware,
+                                by_specs=bool(load_spec(idata).config.get("spec_placement")))
     if deadline_s is not None and not (np.isfinite(deadline_s) and deadline_s > 0):
         raise ValueError(f"deadline_s must be a positive number of seconds, got {deadline_s}")
     if energy_budget_j is not None and not (np.isfinite(energy_budget_j) and energy_budget_j > 0):
@@ -556,11 +697,22 @@ def plan(idata, workload: Workload | Mapping, strategies: Sequence[str] | None =
         raise ValueError(f"prob must lie in (0, 1), got {prob}")
     cands = candidates(workload, list(strategies), list(n_gpus), hardware, parallel_on_one=parallel_on_one)
     cands["evidence"] = evidence(idata, cands)
+    if sites is not None:
+        from .carbon import Site
+
+        sites = [sites] if isinstance(sites, Site) else list(sites)
     draws = predict_draws(idata, cands, mode="pre", n_draws=n_draws, seed=seed)
     with np.errstate(over="ignore"):  # a far Student-t tail draw may exceed float range: it stays inf, and counts
         energy_j, time_s = np.exp(draws["log_energy_j"]), np.exp(draws["log_time_s"])
+    conv = {}
+    if sites:
+        from .carbon import cross_sites, factor_rng
+
+        cands, energy_j, time_s, conv = cross_sites(cands, energy_j, time_s, sites, factor_rng(seed))
     return evaluate(cands, energy_j, time_s, deadline_s=deadline_s, p=p, energy_budget_j=energy_budget_j, prob=prob,
-                    rank_by=rank_by)
+                    rank_by=rank_by, co2e_kg=conv.get("co2e_kg"), cost=conv.get("cost"), objective=objective,
+                    co2_budget_kg=co2_budget_kg, cost_budget=cost_budget,
+                    currency=sites[0].currency if sites else "", sites=[s.describe(prob) for s in sites or ()])
 
 
 def _parser():
@@ -592,6 +744,14 @@ def _parser():
     ap.add_argument("--prob", type=probability, default=DEFAULT_PROB, help="central interval probability (default %(default)s)")
     ap.add_argument("--rank-by", choices=("median", "mean"), default="median",
                     help="statistic of the predictive draws to minimise (default %(default)s; see the module docs)")
+    ap.add_argument("--objective", choices=("energy", "co2e", "cost"), default="energy",
+                    help="what the recommendation minimises (co2e needs --region or --grid-gco2-per-kwh, cost "
+                         "--price-per-kwh; default %(default)s)")
+    ap.add_argument("--co2-budget-kg", type=positive_float, help="CO2e budget in kg (reported as p_co2_budget)")
+    ap.add_argument("--cost-budget", type=positive_float, help="cost budget in the price's currency (p_cost_budget)")
+    from .carbon import add_site_arguments
+
+    add_site_arguments(ap, multiple=True)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--probe", metavar="PROBE.csv",
                     help="measured windows of this job (sweep-table rows): show each candidate's energy before and "
@@ -624,12 +784,24 @@ def main(argv: list[str] | None = None) -> int:
                             grad_accum=args.grad_accum)
         budget = args.energy_budget_j if args.energy_budget_j is not None else (
             args.energy_budget_kwh * KWH_TO_J if args.energy_budget_kwh is not None else None)
+        from .carbon import sites_from_args
+
+        sites = sites_from_args(args)
+        for opt, wanted, given, how in (
+                ("--objective co2e", args.objective == "co2e", "intensity", "--region or --grid-gco2-per-kwh"),
+                ("--co2-budget-kg", args.co2_budget_kg is not None, "intensity", "--region or --grid-gco2-per-kwh"),
+                ("--objective cost", args.objective == "cost", "price", "--price-per-kwh"),
+                ("--cost-budget", args.cost_budget is not None, "price", "--price-per-kwh")):
+            if wanted and not any(getattr(s, given) is not None for s in sites):
+                raise ValueError(f"{opt} needs {how}")
         idata = load(args.posterior)
         with warnings.catch_warnings():
             warnings.simplefilter("always", NewLevelWarning)
             result = plan(idata, workload, strategies=args.strategies, n_gpus=args.n_gpus, hardware=args.hardware,
                           deadline_s=args.deadline_s, p=args.p, energy_budget_j=budget, prob=args.prob,
-                          rank_by=args.rank_by, seed=args.seed, allow_unknown_hardware=args.allow_unknown_hardware)
+                          rank_by=args.rank_by, seed=args.seed, allow_unknown_hardware=args.allow_unknown_hardware,
+                          sites=sites or None, objective=args.objective, co2_budget_kg=args.co2_budget_kg,
+                          cost_budget=args.cost_budget)
         if out is not None:
             write_file(out, lambda tmp: result.table.to_csv(tmp, index=False))
     except (SchemaError, PosteriorFileError, OutputError, ValueError, FileNotFoundError) as err:
@@ -642,6 +814,8 @@ def main(argv: list[str] | None = None) -> int:
             windows = read_probe(args.probe)
             hw = resolve_hardware(list(windows["hardware"].unique()), list(result.table["hardware"].unique()))
             job = result.table[result.table["hardware"].isin(hw)]
+            if "region" in job.columns:  # the same job at every site: probe it once
+                job = job[job["region"] == job["region"].iloc[0]] if len(job) else job
             if job.empty:
                 raise ValueError(f"--probe {args.probe}: its hardware {', '.join(hw)} is not among the candidates")
             res = probe_update(idata, windows.assign(hardware=windows["hardware"].replace(dict(zip(

@@ -40,11 +40,11 @@ from threadpoolctl import threadpool_limits
 from . import DEFAULT_PROB
 from .datasets import KWH_TO_J
 from .models.law import block_mean, log_eta_from_curves
-from .models.spec import ModelSpec, cell_labels, group_keys
+from .models.spec import ModelSpec, by_coef, cell_labels, group_keys
 from .schema import POST_RUN, SchemaError, validate_configs
 
 __all__ = ["predict", "predict_draws", "check_candidates", "unknown_hardware", "PRE_RUN_COLUMNS",
-           "NewLevelWarning", "ExtrapolationWarning"]
+           "NewLevelWarning", "SpecPlacementWarning", "ExtrapolationWarning", "placement"]
 
 #: Columns a candidate needs (``grad_accum`` defaults to 1).
 PRE_RUN_COLUMNS = ("hardware", "family", "num_layers", "hidden_size", "ff", "seq_len", "batch_size",
@@ -56,6 +56,10 @@ _CHUNK_ELEMENTS = 1 << 19
 
 class NewLevelWarning(UserWarning):
     """A candidate's hardware x family cell was not in the training data."""
+
+
+class SpecPlacementWarning(NewLevelWarning):
+    """Hardware never measured, placed by its GPU specifications (a kind of :class:`NewLevelWarning`)."""
 
 
 class ExtrapolationWarning(UserWarning):
@@ -144,8 +148,105 @@ def _new_cell_draws(P: dict, spec: ModelSpec, name: str, labels: list[str], cent
     return out
 
 
-def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rng) -> None:
+def placement(spec: ModelSpec, new_cells: list[str], measured: list[str] | None = None) -> dict[str, tuple[int, float, float]]:
+    r"""New cells that can be placed by their GPU's specifications: label -> (donor cell, dh_energy, dh_time).
+
+    A new hardware x family cell is placed when its hardware is in the GPU
+    table (:func:`bayes_energy.hardware.roofline`), its family was measured
+    on some hardware that is in the table too, and the model's config has
+    ``spec_placement``. The spec-sheet scales are
+    :math:`h_E = w\ln(\mathrm{TDP}/F) + (1-w)\ln(\mathrm{TDP}/B)` (J per
+    FLOP and per byte at TDP and peak) and :math:`h_T = -w\ln F - (1-w)\ln B`,
+    with peak dense 16-bit FLOP/s :math:`F`, memory bandwidth :math:`B` and
+    :math:`w` = ``priors.hw_compute_share``. The donor is the family's
+    measured cell whose hardware is closest in :math:`h_E`; ``measured``
+    lists the cells with training rows (default: every cell of the fit).
+    """
+    if not spec.config.get("spec_placement") or not new_cells:
+        return {}
+    from .hardware import roofline
+
+    w = float(spec.config["priors"]["hw_compute_share"])
+    known = list(spec.config["levels"]["cell"])
+    measured = set(known if measured is None else measured)
+    pairs = [c.rsplit("|", 1) for c in known + new_cells]
+    rf = roofline(sorted({h for h, _ in pairs}), unknown="nan")
+    h_e = w * rf["log_j_per_flop"] + (1 - w) * rf["log_j_per_byte"]
+    h_t = -(w * np.log(rf["peak_flop_per_s"]) + (1 - w) * np.log(rf["mem_bandwidth_byte_per_s"]))
+    out = {}
+    for label in new_cells:
+        hw, fam = label.rsplit("|", 1)
+        if not np.isfinite(h_e.get(hw, np.nan)):
+            continue
+        donors = [(abs(h_e[c.rsplit("|", 1)[0]] - h_e[hw]), i) for i, c in enumerate(known)
+                  if c in measured and c != label and c.rsplit("|", 1)[1] == fam
+                  and np.isfinite(h_e.get(c.rsplit("|", 1)[0], np.nan))]
+        if donors:
+            i = min(donors)[1]
+            dh = known[i].rsplit("|", 1)[0]
+            out[label] = (i, float(h_e[hw] - h_e[dh]), float(h_t[hw] - h_t[dh]))
+    return out
+
+
+def place_by_specs(P: dict, spec: ModelSpec, targets: dict[str, int], measured: list[str] | None, rng) -> list[str]:
+    r"""Overwrite the draws of unmeasured cells that the GPU table can place; return their labels.
+
+    ``targets`` maps each cell label to its position on the cell axis of
+    ``P``: new cells appended by :func:`_add_new_levels`, or cells of the
+    fit's level lists that had no training rows (prior-only, e.g. a
+    cross-validation fold without that GPU).
+
+    A GPU never measured, with a family that was measured on another GPU
+    (the donor, :func:`placement`), gets the donor cell's law, strategy
+    effects and speedup-curve slopes, and intercepts moved by the roofline:
+
+    .. math::
+
+        eta^E_{new,0} = eta^E_{d,0} + \lambda_E\,\Delta h_E + r_E, \qquad
+        eta^T_{new,0} = eta^T_{d,0} + \lambda_T\,\Delta h_T + r_T,
+
+    :math:`\lambda \sim \mathcal N(1, 	ext{hw\_lambda\_sd}^2)`,
+    :math:`r \sim \mathcal N(0, 	ext{hw\_tau}^2)`, and the curve levels
+    :math:`	heta_{new} = 	heta_d + \mathcal N(0, 	ext{hw\_tau\_curve}^2)`
+    (the table has no interconnect, so the curves move by a between-cell
+    scale). With two GPU types in the public data the slopes :math:`\lambda`
+    cannot be learned; they are physics priors (energy per unit of work
+    scales with TDP over peak throughput; see ``hierarchical.DEFAULT_CONFIG``).
+    """
+    placed = placement(spec, list(targets), measured)
+    if not placed:
+        return []
+    pri = spec.config["priors"]
+    S = P["E_beta"].shape[0]
+    for label, k in targets.items():
+        if label not in placed:
+            continue
+        d, dh_e, dh_t = placed[label]
+        for b, dh in (("E", dh_e), ("T", dh_t)):
+            P[f"{b}_beta"][:, k] = P[f"{b}_beta"][:, d]
+            lam = 1.0 + pri["hw_lambda_sd"] * rng.standard_normal(S)
+            P[f"{b}_beta"][:, k, 0] += lam * dh + pri["hw_tau"] * rng.standard_normal(S)
+            if f"{b}_psi_cell" in P:
+                P[f"{b}_psi_cell"][:, k] = P[f"{b}_psi_cell"][:, d]
+        P["curve_cell"][:, k] = P["curve_cell"][:, d] + pri["hw_tau_curve"] * rng.standard_normal(
+            P["curve_cell"][:, d].shape)
+        if "curve_beta_cell" in P and P["curve_beta"].ndim == 4:
+            P["curve_beta"][:, k] = P["curve_beta"][:, d]
+    return [c for c in targets if c in placed]
+
+
+def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rng,
+                    measured: list[str] | None = None) -> None:
     ncell = len(spec.coords["cell"])
+    known = list(spec.coords["cell"])
+    if measured is not None and spec.config.get("spec_placement"):
+        # cells of the fit's levels without training rows (prior-only): placed by specs where possible
+        used = sorted({known[i] for i in np.unique(A["cell_idx"]) if i < ncell} - set(measured))
+        done = place_by_specs(P, spec, {c: known.index(c) for c in used}, measured, rng)
+        if done:
+            warnings.warn(f"hardware x family {', '.join(done)} has no training rows: placed by the GPU's "
+                          "specifications (roofline) from the same family on measured hardware (wider intervals)",
+                          SpecPlacementWarning, stacklevel=5)
     n_new_cells = int(max(A["cell_idx"].max() + 1 - ncell, 0))
     if n_new_cells:
         new = sorted(set(cell_labels(configs)[A["cell_idx"] >= ncell]))  # the order of their codes
@@ -154,14 +255,20 @@ def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rn
                 f"the {spec.name} model has no population distribution for unseen hardware x family cells "
                 f"({', '.join(new)}); fit the hierarchical model to predict them"
             )
+        by_specs = set(placement(spec, new, measured))
+        rest = [c for c in new if c not in by_specs]
+        if by_specs:
+            warnings.warn(f"hardware x family {', '.join(sorted(by_specs))} not in the training data: placed by the "
+                          "GPU's specifications (roofline) from the same family on measured hardware (wider intervals)",
+                          SpecPlacementWarning, stacklevel=5)
         how = ("from the effects of its hardware and of its family where they were measured, else from their "
                "population" if "E_beta_hw" in P else "from the population distribution of cells")
-        warnings.warn(f"hardware x family {', '.join(new)} not in the training data: predicted {how} (wider intervals)",
-                      NewLevelWarning, stacklevel=5)  # the caller of predict()
+        if rest:
+            warnings.warn(f"hardware x family {', '.join(rest)} not in the training data: predicted {how} (wider "
+                          "intervals)", NewLevelWarning, stacklevel=5)  # the caller of predict()
         pri = spec.config["priors"]
-        ncoef = P["E_mu"].shape[-1]
         for b in ("E", "T"):
-            tau = np.asarray(pri["tau_coef"])[:ncoef]
+            tau = by_coef(pri["tau_coef"], spec.coords["coef"])
             draws = _new_cell_draws(P, spec, f"{b}_beta", new, P[f"{b}_mu"][:, None, :], tau, rng)
             P[f"{b}_beta"] = np.concatenate([P[f"{b}_beta"], draws], axis=1)
             if f"{b}_psi_cell" in P:
@@ -177,6 +284,7 @@ def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rn
             full = np.zeros(slopes.shape[:3] + (P["curve_beta"].shape[-1],))
             full[..., spec.curve_moved_index] = slopes  # the parameters they move (build.build_model)
             P["curve_beta"] = np.concatenate([P["curve_beta"], full], axis=1)
+        place_by_specs(P, spec, {c: ncell + j for j, c in enumerate(new)}, measured, rng)
     if "group_idx" in A and "E_u" in P:
         ngroup = P["E_u"].shape[1]
         n_new = int(max(A["group_idx"].max() + 1 - ngroup, 0))
@@ -218,6 +326,16 @@ class _Prepared:
     seeds: list
 
 
+def _measured_cells(idata) -> list[str] | None:
+    """Cells with training rows (None when the posterior carries no training table)."""
+    from .models.io import PosteriorFileError, training_table
+
+    try:
+        return sorted(set(cell_labels(training_table(idata))))
+    except PosteriorFileError:
+        return None
+
+
 def design_and_posterior(idata, configs: pd.DataFrame, n_draws: int | None,
                          rng: np.random.Generator) -> tuple[ModelSpec, dict, dict]:
     """The spec, the candidates' design arrays and the posterior draws (sample, ...), new levels added.
@@ -239,7 +357,7 @@ def design_and_posterior(idata, configs: pd.DataFrame, n_draws: int | None,
     if groups is not None:
         A["group_idx"] = groups
     P = _posterior_arrays(idata, n_draws, rng)
-    _add_new_levels(P, spec, A, cands, rng)
+    _add_new_levels(P, spec, A, cands, rng, measured=_measured_cells(idata))
     return spec, A, P
 
 
@@ -490,16 +608,22 @@ def unknown_hardware(idata, hardware, source: str = "candidates") -> str:
 
     from .models.io import load_spec
 
-    known = list(load_spec(idata).config["levels"]["hardware"])
+    spec = load_spec(idata)
+    known = list(spec.config["levels"]["hardware"])
     new = sorted(set(map(str, hardware)) - set(known))
+    if spec.config.get("spec_placement"):
+        from .hardware import match_gpu
+
+        new = [h for h in new if match_gpu(h) is None]  # in the GPU table: placed by its specifications
     if not new:
         return ""
     hints = []
     for name in new:
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.3) or [k for k in known if name.lower() in k.lower()]
         hints.append(f"{name!r}" + (f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""))
-    return (f"{source}: hardware {', '.join(hints)} is not in the fit, which knows {', '.join(map(repr, known))}; "
-            "pass --allow-unknown-hardware to predict it from the population of hardware (wide intervals)")
+    return (f"{source}: hardware {', '.join(hints)} is neither in the fit, which knows {', '.join(map(repr, known))}, "
+            "nor in the GPU table (bayes_energy/data/gpu_specs.csv); pass --allow-unknown-hardware to predict it "
+            "from the population of hardware (wide intervals)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -517,11 +641,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--allow-unknown-hardware", action="store_true",
                         help="predict hardware the fit never saw from the population of hardware (wide intervals)")
+    from .carbon import add_site_arguments, sites_from_args, with_carbon
+
+    add_site_arguments(parser)  # --region / --grid-gco2-per-kwh, --pue, --price-per-kwh: CO2e and cost columns
     args = parser.parse_args(argv)
     plain_warnings()
     from .models.io import PosteriorFileError, load
 
     try:
+        sites = sites_from_args(args)
         out = check_output_file(args.out, overwrite=args.overwrite)
         configs = read_csv(args.configs, what="candidate table")
         configs = check_candidates(configs, source=args.configs).assign(
@@ -532,11 +660,30 @@ def main(argv: list[str] | None = None) -> int:
             return fail(msg)
         with warnings.catch_warnings():
             warnings.simplefilter("always", NewLevelWarning)
-            table = predict(idata, configs, prob=args.prob, mode=args.mode, seed=args.seed)
+            if sites:  # CO2e and cost from the same energy draws
+                table, draws = predict(idata, configs, prob=args.prob, mode=args.mode, seed=args.seed, return_draws=True)
+                table = with_carbon(table, draws, sites[0], prob=args.prob, seed=args.seed)
+            else:
+                table = predict(idata, configs, prob=args.prob, mode=args.mode, seed=args.seed)
         write_file(out, lambda tmp: table.to_csv(tmp, index=False))
     except (SchemaError, PosteriorFileError, OutputError, ValueError, FileNotFoundError) as err:
         return fail(err)
     print(f"wrote {len(table)} predictions to {out}")
+    if sites:
+        from .carbon import ANNUAL_AVERAGE_NOTE
+
+        pct = f"{args.prob:.0%}"
+        cols = [c for c in ("co2e_kg", "cost") if f"{c}_median" in table.columns]
+        print(f"co2e_kg_* and cost_* columns (median and central {pct} interval) at {sites[0].describe(args.prob)}")
+        print(f"note: {ANNUAL_AVERAGE_NOTE}")
+        for _, r in table.head(5).iterrows():
+            print(f"  {r['strategy']} x{r['n_gpus']} {r['hardware']}: energy {r['energy_kwh_median']:.4g} kWh "
+                  f"({r['energy_kwh_lo']:.4g}-{r['energy_kwh_hi']:.4g})"
+                  + "".join(f"; {'CO2e' if c == 'co2e_kg' else 'cost'} {r[c + '_median']:.4g} ({r[c + '_lo']:.4g}-"
+                            f"{r[c + '_hi']:.4g}){' kg' if c == 'co2e_kg' else (' ' + args.currency if args.currency else '')}"
+                            for c in cols))
+        if len(table) > 5:
+            print(f"  ... {len(table) - 5} more rows in {out}")
     return 0
 
 

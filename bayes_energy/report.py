@@ -16,11 +16,14 @@ matplotlib's ``PdfPages``:
 8. leave-one-out cross-validation (the model comparison when
    ``compare.csv`` exists; the model's own LOO and Pareto k always),
 9. calibration: in-sample coverage of central predictive intervals,
-10. an example plan (:func:`bayes_energy.plan.plan`).
+10. an example plan (:func:`bayes_energy.plan.plan`),
+11. when sites are given (``--region``/``--grid-gco2-per-kwh``, ``--pue``,
+    ``--price-per-kwh``): the example plan's CO2e and cost at each site,
+    with intervals (:mod:`bayes_energy.carbon`).
 
 Command line::
 
-    python -m bayes_energy.report fits/default [--out reports/default.pdf]
+    python -m bayes_energy.report fits/default [--out reports/default.pdf] [--region FR DE --pue 1.2]
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ PAGE_TITLES = (
     "9  Calibration (in-sample)",
     "10  Example plan",
 )
+#: Title of the page added when sites are given (not counted in PAGE_TITLES).
+CARBON_PAGE_TITLE = "11  Carbon and cost"
 #: Readable names of the law's coefficients.
 COEF_LABELS = {
     "intercept": "intercept (centred)",
@@ -269,13 +274,16 @@ def model_paragraph(spec, diag: dict) -> str:
     feats = ", ".join(COEF_LABELS[c].split("(")[-1].rstrip(")") if c in ("log_compute", "log_memory", "log_eta")
                       else COEF_LABELS[c] for c in spec.energy_features[1:])
     pri = cfg.get("priors", {})
+    mu_pri = pri.get("E_mu_mu") if isinstance(pri.get("E_mu_mu"), dict) else {}
     text = (
         f"The {spec.name} model describes the natural log of a run's energy (joules, centred on the training mean) with a "
         f"Student-t likelihood whose mean is the roofline law of Mayaki (2026): a linear function of the centred log "
         f"features {feats}, plus a strategy effect Ψ (single = 0, the reference). "
     )
     if partial:
-        tau = list(pri.get("tau_coef", []))[:len(spec.energy_features)]
+        tau_pri = pri.get("tau_coef", {})
+        tau = [tau_pri.get(c) for c in spec.energy_features] if isinstance(tau_pri, dict) else []
+        tau = tau if tau and None not in tau else []
         slopes = sorted(set(tau[1:]))
         tau_text = (f"{tau[0]:g} for the intercept, {slopes[0]:g} for the slopes" if len(slopes) == 1
                     else ", ".join(f"{t:g}" for t in tau) + " for the coefficients") if tau else "?"
@@ -298,14 +306,14 @@ def model_paragraph(spec, diag: dict) -> str:
     noise = "per strategy" if cfg.get("noise_by") == "strategy" else "common to all runs"
     text += (
         f"The noise scale is {noise}. Before a run, the efficiency η = S(N)/N comes from speedup curves: Gunther's "
-        "universal scalability law for DDP and FSDP and a saturating exponential for tensor parallelism, with "
+        "universal scalability law with a one-off distribution overhead for DDP and FSDP and a saturating exponential for tensor parallelism, with "
         "parameters per cell" + (" shifted by the standardised log size covariates (parameters, tokens, sequence length, batch)"
                                  + (" with slopes per cell" if cfg.get("curve_slopes_by_cell") and partial else "")
                                  if cfg.get("curve_covariates") else "") +
         "; only multi-device runs with a measured single-device partner inform them. Time (ln seconds) has the same "
         "form with its own coefficients plus a regression on the energy residual, so energy and time are drawn jointly. "
-        f"Priors: slopes normal around the paper's OLS values (αC {pri.get('E_mu_mu', [0, '?'])[1]}, "
-        f"αM {pri.get('E_mu_mu', [0, 0, '?'])[2]}, αη {pri.get('E_mu_mu', [0, 0, 0, '?'])[3]}) with scale 0.5; "
+        f"Priors: slopes normal around the paper's OLS values (αC {mu_pri.get('log_compute', '?')}, "
+        f"αM {mu_pri.get('log_memory', '?')}, αη {mu_pri.get('log_eta', '?')}) with scale 0.5; "
         f"Ψ ~ N(0, {pri.get('psi_sigma', '?')}²); noise scale half-normal({pri.get('sigma', '?')})."
     )
     return text
@@ -816,13 +824,105 @@ def _page_plan(pdf, f: _Fit) -> None:
     _finish(pdf, fig)
 
 
+# ---------------------------------------------------------------------------- page 11 (when asked)
+def carbon_plan(f: _Fit, sites):
+    """The example plan (:func:`example_plan`) at each site, ranked by CO2e (by cost without an intensity)."""
+    from .carbon import cross_sites, factor_rng
+    from .plan import evaluate
+
+    base, w = example_plan(f)
+    cands = base.table[["hardware", "strategy", "n_gpus", "evidence"]]
+    cc, energy, time, conv = cross_sites(cands, base.draws["energy_j"], base.draws["time_s"], sites, factor_rng(11))
+    objective = "co2e" if "co2e_kg" in conv else "cost"
+    result = evaluate(cc, energy, time, deadline_s=base.deadline_s, p=base.p, prob=f.prob, co2e_kg=conv.get("co2e_kg"),
+                      cost=conv.get("cost"), objective=objective, currency=sites[0].currency,
+                      sites=[s.describe(f.prob) for s in sites])
+    return result, w
+
+
+def _page_carbon(pdf, f: _Fit, sites) -> None:
+    from .carbon import ANNUAL_AVERAGE_NOTE
+    from .datasets import KWH_TO_J
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result, w = carbon_plan(f, sites)
+    t = result.table
+    pct = int(round(result.prob * 100))
+    q = "co2e_kg" if result.objective == "co2e" else "cost"
+    unit = "kg CO2e" if q == "co2e_kg" else (sites[0].currency or "cost")
+    fig = _page(pdf, CARBON_PAGE_TITLE,
+                f"The example plan of page 10 ({w.family}, L={w.num_layers}, d={w.hidden_size}, {w.tokens:.3g} tokens on "
+                f"{_hw_short(t['hardware'].iloc[0])}; deadline {result.deadline_s:.4g} s with probability ≥ {result.p:g}) "
+                "at each site. CO2e = energy x PUE x grid intensity, cost = energy x PUE x price, for every joint "
+                f"posterior-predictive draw; intervals are central {pct} %. Note: {ANNUAL_AVERAGE_NOTE}.")
+    en, eu = _energy_unit(t["energy_j_median"])
+    has = {k: f"{k}_median" in t.columns for k in ("co2e_kg", "cost")}
+    cur = f" {sites[0].currency}" if sites[0].currency else ""
+    site_text = "\n".join(textwrap.fill("• " + s.describe(result.prob), 175, subsequent_indent="   ") for s in sites)
+    site_text += ("\nA spread (MEAN+-SD) is drawn as a lognormal with that mean and standard deviation (the PUE as 1 plus "
+                  "a lognormal); one factor draw per energy draw, shared by the candidates of a site.")
+    fig.text(0.04, 0.83, site_text, fontsize=7.5, va="top", linespacing=1.35, color="#222222")
+    top = 0.83 - 0.022 * (site_text.count("\n") + 1) - 0.03
+    rows, colours = [], []
+    for _, r in t.iterrows():
+        row = [f"{r['strategy']} x {int(r['n_gpus'])}" + ("  ◀" if r["recommended"] else ""), str(r["region"]),
+               f"{r['energy_j_median'] / eu:.4g}"]
+        for k in ("co2e_kg", "cost"):
+            if has[k]:
+                row.append(f"{r[f'{k}_median']:.3g}   ({r[f'{k}_lo']:.3g} – {r[f'{k}_hi']:.3g})")
+        row.append(f"{r['p_deadline']:.2f}")
+        rows.append(row)
+        colours.append([PASS_COLOUR if r["recommended"] else None] + [None] * (len(row) - 1))
+    header = ["candidate", "site", f"E median {en}"]
+    if has["co2e_kg"]:
+        header.append(f"CO2e kg: median ({pct}%)")
+    if has["cost"]:
+        header.append(f"cost{cur}: median ({pct}%)")
+    header.append("P(T≤deadline)")
+    ax = fig.add_axes([0.03, 0.04, 0.56, top - 0.04])
+    _table(ax, header, rows, fontsize=7.5 if len(rows) > 12 else 8.5, colours=colours,
+           row_height=1.25 if len(rows) > 20 else 1.35)
+
+    # intervals by site: the full ones (factor spreads included) and, shaded, those of the energy alone x mean factors
+    ax2 = fig.add_axes([0.7, 0.27, 0.27, top - 0.3])
+    y = np.arange(len(t))[::-1]
+    for j, s in enumerate(sites):
+        m = (t["region"] == s.label).to_numpy()
+        col = f"C{j}"
+        factor = s.pue.mean * ((s.intensity.mean / 1e3) if q == "co2e_kg" else s.price.mean) / KWH_TO_J
+        ax2.hlines(y[m], t.loc[m, "energy_j_lo"] * factor, t.loc[m, "energy_j_hi"] * factor, color=col, lw=6, alpha=0.25)
+        ax2.hlines(y[m], t.loc[m, f"{q}_lo"], t.loc[m, f"{q}_hi"], color=col, lw=1.6, label=s.label)
+        ax2.plot(t.loc[m, f"{q}_median"], y[m], "o", color=col, ms=3.5)
+    rec = result.recommendation
+    if rec is not None:
+        i = int(result.recommended)
+        ax2.plot([rec[f"{q}_median"]], [y[i]], "o", ms=10, mfc="none", mec="k", mew=1.2, label="recommended")
+    ax2.set_yticks(y, [f"{r['strategy']} x{int(r['n_gpus'])} {r['region']}" for _, r in t.iterrows()], fontsize=6.5)
+    ax2.set_xscale("log")
+    ax2.tick_params(axis="x", labelsize=7.5)
+    ax2.set_xlabel(f"{'CO2e (kg)' if q == 'co2e_kg' else 'cost (' + unit + ')'}, log scale", fontsize=8.5)
+    ax2.set_title(f"{pct} % intervals (lines); shaded: the energy's\nalone, times the factors' means", fontsize=8.5)
+    ax2.grid(alpha=0.3, lw=0.4, which="both")
+    ax2.legend(fontsize=7, frameon=False, loc="upper right")
+    lines = []
+    if rec is not None:
+        lines.append(f"Recommended (lowest median {'CO2e' if q == 'co2e_kg' else 'cost'} among the candidates meeting the "
+                     f"deadline): {rec['strategy']} on {int(rec['n_gpus'])} device(s) at {rec['region']}.")
+    else:
+        lines.append("Recommended: none; no candidate meets the deadline with the required probability.")
+    lines += [n[0].upper() + n[1:] + "." for n in result.notes if "fastest" in n]
+    fig.text(0.62, 0.19, "\n".join(textwrap.fill(x, 64) for x in lines), fontsize=7.5, va="top", linespacing=1.35)
+    _finish(pdf, fig)
+
+
 # ---------------------------------------------------------------------------- entry points
 PAGES = (_page_data, _page_model, _page_coefficients, _page_diagnostics, _page_ppc, _page_curves,
          _page_device_count, _page_loo, _page_calibration, _page_plan)
 
 
-def write_report(fit_dir, out_pdf=None, idata=None, table: pd.DataFrame | None = None) -> Path:
-    """Write the ten-page PDF report of a fit.
+def write_report(fit_dir, out_pdf=None, idata=None, table: pd.DataFrame | None = None, sites=None) -> Path:
+    """Write the ten-page PDF report of a fit (eleven with ``sites``).
 
     Parameters
     ----------
@@ -835,6 +935,8 @@ def write_report(fit_dir, out_pdf=None, idata=None, table: pd.DataFrame | None =
         The posterior, when already in memory (skips reading ``posterior.nc``).
     table : pandas.DataFrame, optional
         The training table; default the one stored in the posterior.
+    sites : bayes_energy.carbon.Site or sequence of Site, optional
+        Add page 11: the example plan's CO2e and cost at these sites.
 
     Returns
     -------
@@ -851,6 +953,10 @@ def write_report(fit_dir, out_pdf=None, idata=None, table: pd.DataFrame | None =
     fit_dir = Path(fit_dir)
     out = Path(out_pdf) if out_pdf is not None else fit_dir / "report.pdf"
     f = _load(fit_dir, idata=idata, table=table)
+    if sites is not None:
+        from .carbon import Site
+
+        sites = [sites] if isinstance(sites, Site) else list(sites)
     rc = {"pdf.fonttype": 42, "font.size": 9, "axes.titlesize": 10, "figure.dpi": 100}
 
     def write(tmp):
@@ -858,6 +964,8 @@ def write_report(fit_dir, out_pdf=None, idata=None, table: pd.DataFrame | None =
                                                          "Creator": f"bayes_energy {__version__}"}) as pdf:
             for page in PAGES:
                 page(pdf, f)
+            if sites:
+                _page_carbon(pdf, f, sites)
 
     write_file(out, write)
     return out
@@ -870,20 +978,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("fit_dir", help="folder written by python -m bayes_energy.fit")
     ap.add_argument("--out", help="PDF to write (default FIT_DIR/report.pdf, replaced if there)")
     ap.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")
+    from .carbon import add_site_arguments, sites_from_args
+
+    add_site_arguments(ap, multiple=True)  # page 11: carbon and cost, when given
     args = ap.parse_args(argv)
     from .models.io import PosteriorFileError
+    from .schema import SchemaError
 
     fit_dir = Path(args.fit_dir)
     try:
         if not fit_dir.is_dir():
             raise OutputError(f"{fit_dir}: {'is a file' if fit_dir.exists() else 'no such folder'}; "
                               "give a folder written by python -m bayes_energy.fit")
+        sites = sites_from_args(args)
         if args.out is not None:
             check_output_file(args.out, "--out", overwrite=args.overwrite)
         else:
             check_output_file(fit_dir / "report.pdf", "report", overwrite=True)
-        out = write_report(fit_dir, out_pdf=args.out)
-    except (PosteriorFileError, OutputError, FileNotFoundError, ValueError) as err:
+        out = write_report(fit_dir, out_pdf=args.out, sites=sites or None)
+    except (PosteriorFileError, OutputError, FileNotFoundError, ValueError, SchemaError) as err:
         return fail(err)
     print(f"wrote {out}")
     return 0

@@ -77,7 +77,11 @@ BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {})
                   "hierarchical_curves_all": ("hierarchical", {"curve_covariates_on": ["usl_sigma", "usl_kappa",
                                                                                        "usl_omega", "tp_gain",
                                                                                        "tp_rate"]}),
-                  "hierarchical_omega_only": ("hierarchical", {"curve_covariates_on": ["usl_omega", "tp_gain"]})}
+                  "hierarchical_omega_only": ("hierarchical", {"curve_covariates_on": ["usl_omega", "tp_gain"]}),
+                  "hierarchical_population_hw": ("hierarchical", {"spec_placement": False})}
+#: Variants that differ from the default only for hardware x family cells without training rows: run on
+#: the extra settings only.
+EXTRA_ONLY = ("hierarchical_population_hw",)
 BAYES_MODELS = ("pooled", "hierarchical")
 #: Extra settings: a hardware type left out; a hardware x family cell left out.
 EXTRA_SETTINGS = ("new_hw", "new_cell")
@@ -441,6 +445,8 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
                         continue  # unseen category: not a meaningful anchor
                     results[name] = evaluate_point(name, train, test, seed + i)
                 elif name in runners:
+                    if name in EXTRA_ONLY and setting not in EXTRA_SETTINGS:
+                        continue
                     if setting in EXTRA_SETTINGS and name == "pooled":
                         continue  # no population distribution for new hardware x family cells
                     results.update(evaluate_bayes(runners[name], train, test, seed + i))

@@ -98,6 +98,9 @@ def test_speedup_curves_shape():
     assert s[0] == 1.0 and np.all(np.diff(s) > 0) and s[-1] < 3.0  # saturates below S_inf
     s_slow = n * np.exp(saturating_log_eta(n, np.log(0.5), 0.0, np))
     assert np.all(s_slow[1:] < 1.0)  # TP over a slow link: slower than one device
+    # a high ceiling with a fast rate would give S(2) ~ 20 uncapped: the curve never exceeds N
+    s_fast = n * np.exp(saturating_log_eta(n, np.log(20.0), np.log(10.0), np))
+    assert s_fast[0] == 1.0 and np.all(s_fast <= n) and s_fast[-1] > 0.95 * n[-1]
 
 
 def test_prior_predictive_is_weakly_informative(table):

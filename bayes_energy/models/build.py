@@ -15,7 +15,7 @@ import pytensor.tensor as pt
 
 from .curves import CURVES
 from .law import ETA_COLUMN, block_mean, log_eta_from_curves
-from .spec import ModelSpec
+from .spec import ModelSpec, by_coef
 
 __all__ = ["build_model", "model_data", "BLOCKS"]
 
@@ -117,16 +117,16 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         D = {k: pm.Data(k, v, dims=_dims(k)) for k, v in values.items()}
         A = dict(D)
         P: dict = {}
-        ncell, ncoef = len(coords["cell"]), len(coords["coef"])
+        ncell = len(coords["cell"])
         for b in BLOCKS:
-            mu = pm.Normal(f"{b}_mu", mu=np.asarray(pri[f"{b}_mu_mu"])[:ncoef],
-                           sigma=np.asarray(pri[f"{b}_mu_sigma"])[:ncoef], dims="coef")
+            mu = pm.Normal(f"{b}_mu", mu=by_coef(pri[f"{b}_mu_mu"], coords["coef"]),
+                           sigma=by_coef(pri[f"{b}_mu_sigma"], coords["coef"]), dims="coef")
             if partial:
-                tau = np.asarray(pri["tau_coef"])[:ncoef]
+                tau = by_coef(pri["tau_coef"], coords["coef"])
                 P[f"{b}_beta"] = _cell_effects(f"{b}_beta", mu[None, :], tau[None, :], ("cell", "coef"), parents)
             else:
                 # complete pooling of the slopes; one free intercept per cell
-                icpt = pm.Normal(f"{b}_cell_intercept", 0.0, 1.0, dims="cell")
+                icpt = pm.Normal(f"{b}_cell_intercept", 0.0, pri["cell_intercept_sigma"], dims="cell")
                 beta = pt.concatenate([(mu[0] + icpt)[:, None], pt.tile(mu[None, 1:], (ncell, 1))], axis=1)
                 P[f"{b}_beta"] = pm.Deterministic(f"{b}_beta", beta, dims=("cell", "coef"))
             psi_free = pm.Normal(f"{b}_psi_free", 0.0, pri["psi_sigma"], dims="strategy_multi")
@@ -181,14 +181,14 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         noise_dims = "strategy" if cfg["noise_by"] == "strategy" else None
         mu_E = block_mean(P, "E", A, log_eta_used, pt)
         sigma_E = pm.HalfNormal("E_sigma", sigma=pri["sigma"], dims=noise_dims)
-        nu_E = pm.Gamma("E_nu", alpha=2.0, beta=0.1)
+        nu_E = pm.Gamma("E_nu", alpha=pri["nu_alpha"], beta=pri["nu_beta"])
         sE = sigma_E[A["strategy_idx"]] if noise_dims else sigma_E
         pm.StudentT("log_energy", nu=nu_E, mu=mu_E, sigma=sE, observed=A["log_energy_obs"], dims="run")
 
-        lam = pm.Normal("T_on_E_resid", 0.0, 1.0)
+        lam = pm.Normal("T_on_E_resid", 0.0, pri["time_on_energy_sigma"])
         mu_T = block_mean(P, "T", A, log_eta_used, pt) + lam * (A["log_energy_obs"] - mu_E)
         sigma_T = pm.HalfNormal("T_sigma", sigma=pri["sigma"], dims=noise_dims)
-        nu_T = pm.Gamma("T_nu", alpha=2.0, beta=0.1)
+        nu_T = pm.Gamma("T_nu", alpha=pri["nu_alpha"], beta=pri["nu_beta"])
         sT = sigma_T[A["strategy_idx"]] if noise_dims else sigma_T
         pm.StudentT("log_time", nu=nu_T, mu=mu_T, sigma=sT, observed=A["log_time_obs"], dims="run")
     return model

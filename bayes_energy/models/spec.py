@@ -25,7 +25,7 @@ from ..proxies import add_proxies
 from ..schema import STRATEGIES
 from .curves import CURVE_OF, CURVE_PARAMS, CURVES
 
-__all__ = ["ModelSpec", "LAW_FEATURES", "EXTRA_FEATURES", "CURVE_FEATURES", "design_frame", "CURVE_OF", "cell_labels"]
+__all__ = ["ModelSpec", "by_coef", "LAW_FEATURES", "EXTRA_FEATURES", "CURVE_FEATURES", "design_frame", "CURVE_OF", "cell_labels"]
 
 #: Features of the paper's law, in order (the slopes are alpha_C, alpha_M, alpha_eta).
 LAW_FEATURES = ("log_compute", "log_memory", "log_eta")
@@ -36,6 +36,18 @@ CURVE_FEATURES = ("log_params", "log_tokens", "log_seq_len", "log_batch")
 #: Curve parameters the covariates move by default (each curve's ``moved``, models.curves);
 #: ``config["curve_covariates_on"]`` can name others.
 DEFAULT_CURVE_MOVED = tuple(p for c in CURVES.values() for p in c.moved)
+
+
+def by_coef(prior, coefs) -> np.ndarray:
+    """A per-coefficient prior (a mapping keyed by coefficient name, or one number) as an array over ``coefs``."""
+    if isinstance(prior, dict):
+        missing = [c for c in coefs if c not in prior]
+        if missing:
+            raise ValueError(f"prior {prior} has no value for coefficient(s) {', '.join(missing)}")
+        return np.asarray([float(prior[c]) for c in coefs])
+    if isinstance(prior, (list, tuple)):
+        raise ValueError(f"per-coefficient priors are keyed by name ({', '.join(coefs)}), not given by position: {prior}")
+    return np.full(len(coefs), float(prior))
 
 
 def cell_labels(df: pd.DataFrame) -> pd.Series:
