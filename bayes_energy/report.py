@@ -75,7 +75,6 @@ COEF_LABELS = {
 }
 CURVE_LABELS = {
     "usl_sigma": "USL ln σ (contention)",
-    "usl_kappa": "USL ln κ (coherency)",
     "usl_omega": "USL ln ω (distribution overhead)",
     "tp_gain": "TP ln S∞ (ceiling)",
     "tp_rate": "TP ln k (rate)",

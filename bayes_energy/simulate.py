@@ -193,7 +193,7 @@ def simulate_sweep(design: pd.DataFrame | None = None, model: str = "pooled", co
         Config overrides (see :func:`bayes_energy.models.default_config`).
     fixed : dict, optional
         Known values of free parameters, e.g. ``{"E_mu": [0, 0.1, 0.45, -0.9],
-        "E_psi_free": [-0.3], "curve_mu": [-2, -4, -1, 0, 0]}`` (curve
+        "E_psi_free": [-0.3], "curve_mu": [-2, -1, 0, 0]}`` (curve
         parameters in the order of ``models.curves.CURVE_PARAMS``); the rest is drawn
         from the prior.
     seed : int, optional

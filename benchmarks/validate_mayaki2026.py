@@ -74,10 +74,8 @@ BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {})
                   "hierarchical_crossed": ("hierarchical", {"crossed": True}),
                   "hierarchical_shared_curves": ("hierarchical", {"curve_slopes_by_cell": False}),
                   "hierarchical_wide_curves": ("hierarchical", {"priors": {"tau_curve_beta": 0.5}}),
-                  "hierarchical_curves_all": ("hierarchical", {"curve_covariates_on": ["usl_sigma", "usl_kappa",
-                                                                                       "usl_omega", "tp_gain",
-                                                                                       "tp_rate"]}),
-                  "hierarchical_omega_only": ("hierarchical", {"curve_covariates_on": ["usl_omega", "tp_gain"]}),
+                  "hierarchical_curves_all": ("hierarchical", {"curve_covariates_on": ["usl_sigma", "usl_omega",
+                                                                                       "tp_gain", "tp_rate"]}),
                   "hierarchical_population_hw": ("hierarchical", {"spec_placement": False})}
 #: Variants that differ from the default only for hardware x family cells without training rows: run on
 #: the extra settings only.

@@ -87,9 +87,9 @@ def test_speedup_curves_shape():
     from bayes_energy.models.curves import saturating_log_eta, usl_log_eta
 
     n = np.array([1.0, 2.0, 4.0, 8.0])
-    eta = np.exp(usl_log_eta(n, np.log(0.1), np.log(1e-3), -np.inf, np))
+    eta = np.exp(usl_log_eta(n, np.log(0.1), -np.inf, np))
     assert eta[0] == 1.0 and np.all(np.diff(eta) < 0)  # contention lowers efficiency
-    onset = np.exp(usl_log_eta(n, np.log(0.1), np.log(1e-3), np.log(2.0), np))
+    onset = np.exp(usl_log_eta(n, np.log(0.1), np.log(2.0), np))
     assert onset[0] == 1.0 and onset[1] < 0.5 * eta[1]  # the distribution overhead: a step from one to two devices
     assert np.all(n * onset <= n)  # never super-linear
     # beyond two devices the overhead is a constant: efficiency then falls more slowly than without it

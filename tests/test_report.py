@@ -15,7 +15,7 @@ from bayes_energy.report import PAGE_TITLES, coefficient_rows, diagnostic_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 LAW_ROWS = ("E_mu[log_compute]", "E_mu[log_memory]", "E_mu[log_eta]", "E_psi[fsdp]", "E_psi[tp]",
-            "curve_mu[usl_sigma]", "curve_mu[usl_kappa]", "curve_mu[tp_gain]", "curve_mu[tp_rate]")
+            "curve_mu[usl_sigma]", "curve_mu[usl_omega]", "curve_mu[tp_gain]", "curve_mu[tp_rate]")
 
 
 def _pages_text(path):

@@ -40,7 +40,7 @@ TRUTH = {
     "E_psi_free": [-0.3],              # Psi_fsdp
     "E_sigma": 0.05,
     "E_nu": 30.0,
-    "curve_mu": [-2.0, -4.0, -1.0, 0.0, 0.0],  # ln USL sigma, kappa, omega; TP (unused)
+    "curve_mu": [-2.0, -1.0, 0.0, 0.0],  # ln USL sigma, omega; TP (unused)
     "eta_sigma": [0.15],
 }
 

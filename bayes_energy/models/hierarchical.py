@@ -35,7 +35,7 @@ ratios (:math:`\lambda \sim \mathcal N(1, 0.25^2)`, spread
 Speedup curves: USL with a one-off distribution overhead :math:`\omega` for
 FSDP/DDP, saturating exponential for TP (:mod:`bayes_energy.models.curves`);
 covariates :math:`z_r` (standardised log parameters, tokens, sequence
-length, batch) move the USL overhead and contention and the TP ceiling
+length, batch) move the USL distribution overhead and the TP ceiling
 (``curve_covariates_on``, default each curve's ``moved`` parameters), with
 slopes :math:`\gamma_{cp}` per cell around population slopes
 :math:`\gamma_p \sim \mathcal N(0, 0.5^2)` (``tau_curve_beta`` = 0.25;
