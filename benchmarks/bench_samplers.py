@@ -46,6 +46,7 @@ import importlib.util
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -167,17 +168,22 @@ def _run_child(sampler: str, phase: str, args, cache_root: Path) -> dict:
     if args.data:
         cmd += ["--data", args.data]
     t0 = time.perf_counter()
+    # own process group: on a timeout PyMC's chain processes are stopped with the child
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout, check=False)
+        stdout, stderr = proc.communicate(timeout=args.timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         return {"sampler": sampler, "phase": phase, "status": f"timed out after {args.timeout} s",
                 "process_s": time.perf_counter() - t0}
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode < 0:
-        return {"sampler": sampler, "phase": phase, "status": f"stopped (signal {-out.returncode})",
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode < 0:
+        return {"sampler": sampler, "phase": phase, "status": f"stopped (signal {-proc.returncode})",
                 "process_s": time.perf_counter() - t0}
-    if out.returncode != 0 or not lines:
-        tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["no output"]
+    if proc.returncode != 0 or not lines:
+        tail = (stderr or stdout).strip().splitlines()[-1:] or ["no output"]
         return {"sampler": sampler, "phase": phase, "status": f"failed: {tail[0][:120]}",
                 "process_s": time.perf_counter() - t0}
     return json.loads(lines[-1])
@@ -198,7 +204,7 @@ def main() -> None:
                    help="compile caches of the child processes (default: a new temporary folder per sampler)")
     p.add_argument("--python", default=sys.executable, help="interpreter for the child processes")
     p.add_argument("--numpyro-chain-method", default="parallel", choices=["parallel", "vectorized", "sequential"])
-    p.add_argument("--timeout", type=int, default=1800, help="seconds per child process")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per child process (then it and its workers are killed)")
     p.add_argument("--append", action="store_true", help="merge into the existing results table")
     p.add_argument("--note", default="", help="a line written under the table (e.g. the machine's load)")
     p.add_argument("--child", choices=SAMPLERS, help=argparse.SUPPRESS)
@@ -260,7 +266,8 @@ def main() -> None:
              "Seconds are wall seconds; `process_s` includes imports. See docs/speed.md."]
     if args.note:
         notes.append(args.note)
-    (RESULTS / "samplers.md").write_text(title + markdown(new.astype(object).where(new.notna(), "")) + "\n".join(notes) + "\n")
+    cells = new.astype(object).where(new.notna(), "").map(lambda v: v.replace("|", "\\|") if isinstance(v, str) else v)
+    (RESULTS / "samplers.md").write_text(title + markdown(cells) + "\n".join(notes) + "\n")
     print(new.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     print(f"\nwrote {csv}")
 
