@@ -92,13 +92,9 @@ def check_candidates(configs: pd.DataFrame, source: str = "candidates") -> pd.Da
     return validate_configs(df, source=source)
 
 
-def _warn_extrapolation(idata, cands: pd.DataFrame) -> None:
+def _warn_extrapolation(train: pd.DataFrame | None, cands: pd.DataFrame) -> None:
     """Warn when candidates use more devices than any training run of their strategy."""
-    from .models.io import PosteriorFileError, training_table
-
-    try:
-        train = training_table(idata)
-    except PosteriorFileError:
+    if train is None:
         return
     most = train.groupby("strategy")["n_gpus"].max().astype(int).to_dict()
     far = [(i, s, n) for i, (s, n) in enumerate(zip(cands["strategy"], cands["n_gpus"].astype(int)))
@@ -188,10 +184,11 @@ def placement(spec: ModelSpec, new_cells: list[str], measured: list[str] | None 
     return out
 
 
-def place_by_specs(P: dict, spec: ModelSpec, targets: dict[str, int], measured: list[str] | None, rng) -> list[str]:
+def place_by_specs(P: dict, spec: ModelSpec, targets: dict[str, int], placed: dict[str, tuple[int, float, float]],
+                   rng) -> list[str]:
     r"""Overwrite the draws of unmeasured cells that the GPU table can place; return their labels.
 
-    ``targets`` maps each cell label to its position on the cell axis of
+    ``placed`` is :func:`placement`'s answer for these cells. ``targets`` maps each cell label to its position on the cell axis of
     ``P``: new cells appended by :func:`_add_new_levels`, or cells of the
     fit's level lists that had no training rows (prior-only, e.g. a
     cross-validation fold without that GPU).
@@ -213,7 +210,6 @@ def place_by_specs(P: dict, spec: ModelSpec, targets: dict[str, int], measured: 
     cannot be learned; they are physics priors (energy per unit of work
     scales with TDP over peak throughput; see ``hierarchical.DEFAULT_CONFIG``).
     """
-    placed = placement(spec, list(targets), measured)
     if not placed:
         return []
     pri = spec.config["priors"]
@@ -242,7 +238,7 @@ def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rn
     if measured is not None and spec.config.get("spec_placement"):
         # cells of the fit's levels without training rows (prior-only): placed by specs where possible
         used = sorted({known[i] for i in np.unique(A["cell_idx"]) if i < ncell} - set(measured))
-        done = place_by_specs(P, spec, {c: known.index(c) for c in used}, measured, rng)
+        done = place_by_specs(P, spec, {c: known.index(c) for c in used}, placement(spec, used, measured), rng)
         if done:
             warnings.warn(f"hardware x family {', '.join(done)} has no training rows: placed by the GPU's "
                           "specifications (roofline) from the same family on measured hardware (wider intervals)",
@@ -255,7 +251,8 @@ def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rn
                 f"the {spec.name} model has no population distribution for unseen hardware x family cells "
                 f"({', '.join(new)}); fit the hierarchical model to predict them"
             )
-        by_specs = set(placement(spec, new, measured))
+        placed = placement(spec, new, measured)
+        by_specs = set(placed)
         rest = [c for c in new if c not in by_specs]
         if by_specs:
             warnings.warn(f"hardware x family {', '.join(sorted(by_specs))} not in the training data: placed by the "
@@ -284,7 +281,7 @@ def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rn
             full = np.zeros(slopes.shape[:3] + (P["curve_beta"].shape[-1],))
             full[..., spec.curve_moved_index] = slopes  # the parameters they move (build.build_model)
             P["curve_beta"] = np.concatenate([P["curve_beta"], full], axis=1)
-        place_by_specs(P, spec, {c: ncell + j for j, c in enumerate(new)}, measured, rng)
+        place_by_specs(P, spec, {c: ncell + j for j, c in enumerate(new)}, placed, rng)
     if "group_idx" in A and "E_u" in P:
         ngroup = P["E_u"].shape[1]
         n_new = int(max(A["group_idx"].max() + 1 - ngroup, 0))
@@ -326,12 +323,12 @@ class _Prepared:
     seeds: list
 
 
-def _measured_cells(idata) -> list[str] | None:
-    """Cells with training rows (None when the posterior carries no training table)."""
+def _training_table_or_none(idata) -> pd.DataFrame | None:
+    """The posterior's training table, read once per prediction (None when it carries none)."""
     from .models.io import PosteriorFileError, training_table
 
     try:
-        return sorted(set(cell_labels(training_table(idata))))
+        return training_table(idata)
     except PosteriorFileError:
         return None
 
@@ -351,13 +348,15 @@ def design_and_posterior(idata, configs: pd.DataFrame, n_draws: int | None,
     cands = check_candidates(configs)
     if "group" in configs.columns:
         cands["group"] = configs["group"].to_numpy()
-    _warn_extrapolation(idata, cands)
+    train = _training_table_or_none(idata)
+    _warn_extrapolation(train, cands)
     A = spec.arrays(cands, allow_new=True)
     groups = _group_codes(spec, cands)
     if groups is not None:
         A["group_idx"] = groups
     P = _posterior_arrays(idata, n_draws, rng)
-    _add_new_levels(P, spec, A, cands, rng, measured=_measured_cells(idata))
+    measured = None if train is None else sorted(set(cell_labels(train)))
+    _add_new_levels(P, spec, A, cands, rng, measured=measured)
     return spec, A, P
 
 

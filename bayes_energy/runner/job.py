@@ -201,6 +201,60 @@ class JobMeter:
     Use it as a context manager, or call :meth:`start`, :meth:`step` after
     each optimiser step, and :meth:`finish` (or :meth:`fail`).
 
+    Parameters
+    ----------
+    out : path
+        The sweep table (CSV) the row is appended to; created if missing.
+        An existing file must be a sweep table, and must not already hold
+        the job's run key (checked before training starts).
+    model : torch.nn.Module, configuration or mapping, optional
+        The model as trained (wrapped or not). Its configuration gives the
+        architecture (:func:`architecture_of`), its parameters the device and,
+        under torchrun, the strategy (:func:`detect_strategy`).
+    seq_len : int
+        Tokens per example (the padded length of a batch).
+    batch_size : int
+        Examples per micro-batch and process.
+    grad_accum : int, default 1
+        Micro-batches per optimiser step.
+    warmup_steps : int, default 2
+        Optimiser steps before the measured window (excluded, as in the runner).
+    strategy : {"single", "ddp", "fsdp", "tp"}, optional
+        Default: detected from ``model`` and the world size.
+    architecture : mapping, optional
+        ``num_layers``, ``hidden_size``, ``heads``, ``ff``, ``family``: replace
+        or complete what the model's configuration gives.
+    workload : str, default "job"
+        Joins the run key: runs of one configuration with different data or
+        tasks need different names.
+    tokens_per_step : int, optional
+        Tokens one optimiser step processes over all ranks. Default
+        ``batch_size * seq_len * grad_accum * ranks`` (``ranks`` = 1 under
+        ``tp``, where every rank sees the same batch), as in the runner.
+    device : torch.device or str, optional
+        The device this process trains on; default that of the model's
+        first parameter (CPU without a model).
+    meter : {"auto", "nvml", "rapl", "estimate"}, default "auto"
+        As ``--meter`` of the sweep: NVML on GPUs; on CPUs RAPL when readable,
+        else the estimate (labelled ``estimate``, with a NOTE on stderr).
+    measured_by : {"per-rank", "node"}, default "per-rank"
+        GPU jobs under torchrun: each rank its own device, or local rank 0 every
+        device of the node.
+    tdp_w, idle_fraction : float
+        The estimate's parameters (default 10 W per logical core, 0.3).
+    sample_period_s : float, default 0.1
+        Power sampling period for GPUs without the NVML energy counter.
+    powercap_root : path, default ``/sys/class/powercap``
+    lock_timeout_s : float, default 60
+        How long the final append waits for another writer of ``out``.
+
+    Raises
+    ------
+    JobError
+        Before training, for a setting that cannot be measured (and names it).
+    bayes_energy.runner.meters.MeterError
+        When the chosen meter cannot be read.
+
     Attributes
     ----------
     row : dict or None
@@ -645,87 +699,11 @@ class JobMeter:
         return False
 
 
-def measure_job(
-    out: str | os.PathLike,
-    model: Any = None,
-    *,
-    seq_len: int,
-    batch_size: int,
-    grad_accum: int = 1,
-    warmup_steps: int = 2,
-    strategy: str | None = None,
-    architecture: Mapping | None = None,
-    workload: str = "job",
-    tokens_per_step: int | None = None,
-    device: Any = None,
-    meter: str = "auto",
-    measured_by: str = "per-rank",
-    tdp_w: float | None = None,
-    idle_fraction: float = meters.EstimateMonitor.IDLE_FRACTION,
-    sample_period_s: float = 0.1,
-    powercap_root: str | os.PathLike = meters.POWERCAP,
-    lock_timeout_s: float = 60.0,
-) -> JobMeter:
+def measure_job(out: str | os.PathLike, model: Any = None, **options: Any) -> JobMeter:
     """Meter a training job; use as ``with measure_job(...) as job:`` and call ``job.step()`` per optimiser step.
 
-    Parameters
-    ----------
-    out : path
-        The sweep table (CSV) the row is appended to; created if missing.
-        An existing file must be a sweep table, and must not already hold
-        the job's run key (checked before training starts).
-    model : torch.nn.Module, configuration or mapping, optional
-        The model as trained (wrapped or not). Its configuration gives the
-        architecture (:func:`architecture_of`), its parameters the device and,
-        under torchrun, the strategy (:func:`detect_strategy`).
-    seq_len : int
-        Tokens per example (the padded length of a batch).
-    batch_size : int
-        Examples per micro-batch and process.
-    grad_accum : int, default 1
-        Micro-batches per optimiser step.
-    warmup_steps : int, default 2
-        Optimiser steps before the measured window (excluded, as in the runner).
-    strategy : {"single", "ddp", "fsdp", "tp"}, optional
-        Default: detected from ``model`` and the world size.
-    architecture : mapping, optional
-        ``num_layers``, ``hidden_size``, ``heads``, ``ff``, ``family``: replace
-        or complete what the model's configuration gives.
-    workload : str, default "job"
-        Joins the run key: runs of one configuration with different data or
-        tasks need different names.
-    tokens_per_step : int, optional
-        Tokens one optimiser step processes over all ranks. Default
-        ``batch_size * seq_len * grad_accum * ranks`` (``ranks`` = 1 under
-        ``tp``, where every rank sees the same batch), as in the runner.
-    device : torch.device or str, optional
-        The device this process trains on; default that of the model's
-        first parameter (CPU without a model).
-    meter : {"auto", "nvml", "rapl", "estimate"}, default "auto"
-        As ``--meter`` of the sweep: NVML on GPUs; on CPUs RAPL when readable,
-        else the estimate (labelled ``estimate``, with a NOTE on stderr).
-    measured_by : {"per-rank", "node"}, default "per-rank"
-        GPU jobs under torchrun: each rank its own device, or local rank 0 every
-        device of the node.
-    tdp_w, idle_fraction : float
-        The estimate's parameters (default 10 W per logical core, 0.3).
-    sample_period_s : float, default 0.1
-        Power sampling period for GPUs without the NVML energy counter.
-    powercap_root : path, default ``/sys/class/powercap``
-    lock_timeout_s : float, default 60
-        How long the final append waits for another writer of ``out``.
-
-    Returns
-    -------
-    JobMeter
-        Its ``row`` holds the row written (rank 0) once the block ends.
-
-    Raises
-    ------
-    JobError
-        Before training, for a setting that cannot be measured (and names it).
-    bayes_energy.runner.meters.MeterError
-        When the chosen meter cannot be read.
+    The same as ``JobMeter(out, model, **options)``; see :class:`JobMeter`
+    for the options (``seq_len`` and ``batch_size`` are required).
 
     Examples
     --------
@@ -734,12 +712,7 @@ def measure_job(
     ...         train_step(batch)
     ...         job.step()
     """
-    return JobMeter(
-        out, model, seq_len=seq_len, batch_size=batch_size, grad_accum=grad_accum, warmup_steps=warmup_steps,
-        strategy=strategy, architecture=architecture, workload=workload, tokens_per_step=tokens_per_step,
-        device=device, meter=meter, measured_by=measured_by, tdp_w=tdp_w, idle_fraction=idle_fraction,
-        sample_period_s=sample_period_s, powercap_root=powercap_root, lock_timeout_s=lock_timeout_s,
-    )
+    return JobMeter(out, model, **options)
 
 
 def _iso(t: float) -> str:
