@@ -39,7 +39,7 @@ from threadpoolctl import threadpool_limits
 
 from . import DEFAULT_PROB
 from .datasets import KWH_TO_J
-from .models.law import block_mean, log_eta_from_curves
+from .models.predictive import energy_time_draws, log_eta_draws
 from .models.spec import ModelSpec, by_coef, cell_labels, group_keys
 from .schema import POST_RUN, SchemaError, validate_configs
 
@@ -394,7 +394,6 @@ def _prepare(idata, configs: pd.DataFrame, mode: str, n_draws: int | None, seed:
 def _chunk_draws(st: _Prepared, i: int) -> tuple[slice, dict[str, np.ndarray]]:
     """Draws of chunk ``i`` (sorted candidate order): ``log_energy_j``, ``log_time_s``, ``log_eta``, (sample, run)."""
     sl = slice(i * st.width, min((i + 1) * st.width, st.n))
-    w = sl.stop - sl.start
     rng = np.random.default_rng(st.seeds[i])
     P = st.P
     a = {k: v[sl] for k, v in st.A.items()}
@@ -404,27 +403,8 @@ def _chunk_draws(st: _Prepared, i: int) -> tuple[slice, dict[str, np.ndarray]]:
         start = int(rng.integers(0, st.pools[kind].shape[1] - cols + 1))
         return st.pools[kind][:, start:start + cols]
 
-    def sigma(name):
-        sig = P[name]
-        return sig[:, a["strategy_idx"]] if sig.ndim == 2 else sig[:, None]
-
-    log_eta = log_eta_from_curves(P, a, np)
-    if st.residual:
-        scatter = np.flatnonzero((a["curve"] > 0) & (a["n_gpus"] > 1))
-        if scatter.size:
-            sd = P["eta_sigma"][:, np.maximum(a["strategy_idx"][scatter] - 1, 0)]
-            log_eta[:, scatter] += sd * noise("eta", scatter.size)
-    if st.eff is not None:
-        known = np.isfinite(st.eff[sl])
-        log_eta[:, known] = np.log(st.eff[sl][known])
-    log_e = block_mean(P, "E", a, log_eta, np)
-    log_t = block_mean(P, "T", a, log_eta, np)
-    if st.residual:
-        eps_e = noise("E", w) * sigma("E_sigma")
-        log_e += eps_e
-        log_t += P["T_on_E_resid"][:, None] * eps_e + noise("T", w) * sigma("T_sigma")
-    log_e += _DTYPE(st.centre["log_energy"])
-    log_t += _DTYPE(st.centre["log_time"])
+    log_eta = log_eta_draws(P, a, noise if st.residual else None, None if st.eff is None else st.eff[sl])
+    log_e, log_t = energy_time_draws(P, a, log_eta, st.centre, noise if st.residual else None)
     return sl, {"log_energy_j": log_e, "log_time_s": log_t, "log_eta": log_eta}
 
 

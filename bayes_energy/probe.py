@@ -243,7 +243,8 @@ def _law(idata, rows: pd.DataFrame, n_draws: int | None, rng: np.random.Generato
     curves' scatter on ln efficiency (0 elsewhere); ``slope_e``/``slope_t``
     carry it to ln energy and ln time (the law is linear in ln efficiency).
     """
-    from .models.law import ETA_COLUMN, block_mean, log_eta_from_curves
+    from .models.law import ETA_COLUMN
+    from .models.predictive import energy_time_draws, log_eta_draws, noise_scale, scatter_rows
     from .predict import NewLevelWarning, design_and_posterior
 
     with warnings.catch_warnings():
@@ -253,27 +254,21 @@ def _law(idata, rows: pd.DataFrame, n_draws: int | None, rng: np.random.Generato
     P.pop("E_u", None)  # the job's own family offset is what the probe informs
     S = P["E_sigma"].shape[0]
     n = len(rows)
-    log_eta = log_eta_from_curves(P, A, np)
     eff = rows["efficiency"].to_numpy(float)
-    known = np.isfinite(eff)
-    log_eta[:, known] = np.log(eff[known])
-    curve_row = (~known) & (A["curve"] > 0) & (A["n_gpus"] > 1)
+    log_eta = log_eta_draws(P, A, efficiency=eff)
+    curve_row = np.zeros(n, dtype=bool)
+    curve_row[scatter_rows(A)] = True
+    curve_row &= ~np.isfinite(eff)
     sd = np.zeros((S, n))
     if curve_row.any():
         sd[:, curve_row] = P["eta_sigma"][:, np.maximum(A["strategy_idx"][curve_row] - 1, 0)]
-    c = spec.config["centre"]
-
-    def per_row(sig):
-        return sig[:, A["strategy_idx"]] if sig.ndim == 2 else np.broadcast_to(sig[:, None], (S, n))
-
-    sig_e, sig_t = per_row(P["E_sigma"]), per_row(P["T_sigma"])
-    lam = P["T_on_E_resid"][:, None]
+    mu_e, mu_t = energy_time_draws(P, A, log_eta, spec.config["centre"])
     return {
-        "mu_e": block_mean(P, "E", A, log_eta, np) + c["log_energy"],
-        "mu_t": block_mean(P, "T", A, log_eta, np) + c["log_time"],
+        "mu_e": mu_e, "mu_t": mu_t,
         "eta_sd": sd, "slope_e": P["E_beta"][:, A["cell_idx"], ETA_COLUMN],
         "slope_t": P["T_beta"][:, A["cell_idx"], ETA_COLUMN],
-        "sig_e": sig_e, "sig_t": sig_t, "lam": lam,
+        "sig_e": np.broadcast_to(noise_scale(P, "E_sigma", A), (S, n)),
+        "sig_t": np.broadcast_to(noise_scale(P, "T_sigma", A), (S, n)), "lam": P["T_on_E_resid"][:, None],
         "nu_e": P["E_nu"], "nu_t": P["T_nu"], "strategy_idx": A["strategy_idx"], "S": S,
         "kind": curve_row.astype(int),  # 1: efficiency from the curves (multi-device, unmeasured)
         "group_tau": group_tau,

@@ -1,8 +1,9 @@
 """Simulated sweep tables from known parameters or prior draws.
 
-The simulator uses the model's own law (:mod:`bayes_energy.models.law`):
-the same ``log_eta_from_curves`` and ``block_mean`` that the PyMC
-model and :mod:`bayes_energy.predict` evaluate. One replication:
+The simulator uses the model's own predictive
+(:mod:`bayes_energy.models.predictive`, on the law of
+:mod:`bayes_energy.models.law`), the one :mod:`bayes_energy.predict` draws
+from. One replication:
 
 1. the log efficiency of every multi-device row is drawn from its speedup
    curve plus the model's Normal scatter (single-device rows: 0);
@@ -31,7 +32,7 @@ import pandas as pd
 
 from .models import default_config
 from .models.curves import CURVES
-from .models.law import block_mean, log_eta_from_curves
+from .models.predictive import energy_time_draws, log_eta_draws, rng_noise
 from .models.spec import ModelSpec
 from .schema import validate
 
@@ -124,27 +125,17 @@ def simulate_from_params(design: pd.DataFrame, spec: ModelSpec, params: dict, se
         A validated sweep table with ``speedup``, ``efficiency``, ``group``.
     """
     rng = np.random.default_rng(seed)
-    P = {k: np.asarray(v, dtype=float) for k, v in params.items()}
+    P = {k: np.asarray(v, dtype=float)[None] for k, v in params.items()}  # a sample axis of one
     A = spec.arrays(design)
     if "group_idx" in A:
         A["group_idx"] = spec.index_of("group", design["group"], allow_new=False)
-    log_eta = log_eta_from_curves(P, A, np)
-    multi = (A["curve"] > 0) & (A["n_gpus"] > 1)
-    eta_sigma = np.atleast_1d(P["eta_sigma"])[np.maximum(A["strategy_idx"] - 1, 0)]
-    log_eta = np.where(multi, log_eta + eta_sigma * rng.standard_normal(len(design)), 0.0)
-
-    def noise(b):
-        sig = np.atleast_1d(P[f"{b}_sigma"])
-        sig = sig[A["strategy_idx"]] if sig.size > 1 else np.full(len(design), sig[0])
-        return sig * rng.standard_t(float(P[f"{b}_nu"]), size=len(design))
-
-    eps_E = noise("E")
-    mu_E = block_mean(P, "E", A, log_eta, np)
-    mu_T = block_mean(P, "T", A, log_eta, np) + float(P["T_on_E_resid"]) * eps_E
-    c = spec.config["centre"]
+    noise = rng_noise(P, rng)
+    log_eta = log_eta_draws(P, A, noise)
+    log_e, log_t = energy_time_draws(P, A, log_eta, spec.config["centre"], noise)
+    log_eta, log_e, log_t = log_eta[0], log_e[0], log_t[0]
     out = design.copy().reset_index(drop=True)
-    out["energy_j"] = np.exp(mu_E + eps_E + c["log_energy"])
-    out["time_s"] = np.exp(mu_T + noise("T") + c["log_time"])
+    out["energy_j"] = np.exp(log_e)
+    out["time_s"] = np.exp(log_t)
     out["energy_source"] = energy_source
     out["repeats"] = 1
     table = validate(out, source="simulated sweep")

@@ -306,7 +306,8 @@ def energy_loc_scale(idata, configs: pd.DataFrame, mode: str, seed: int):
     so the predictive density can be evaluated exactly as a mixture over draws
     (``pre`` keeps the speedup-curve scatter as one draw per posterior draw).
     """
-    from bayes_energy.models.law import block_mean, log_eta_from_curves
+    from bayes_energy.models.predictive import energy_loc_scale as loc_scale
+    from bayes_energy.models.predictive import log_eta_draws, rng_noise
     from bayes_energy.predict import NewLevelWarning, design_and_posterior
 
     rng = np.random.default_rng(seed)
@@ -314,16 +315,8 @@ def energy_loc_scale(idata, configs: pd.DataFrame, mode: str, seed: int):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NewLevelWarning)
         spec, A, P = design_and_posterior(idata, configs, None, rng)
-    log_eta = log_eta_from_curves(P, A, np)
-    if eff is not None:
-        log_eta = np.broadcast_to(np.log(eff), log_eta.shape)
-    else:
-        scatter = (A["curve"] > 0) & (A["n_gpus"] > 1)
-        sm = np.maximum(A["strategy_idx"] - 1, 0)
-        log_eta = log_eta + np.where(scatter, P["eta_sigma"][:, sm] * rng.standard_normal(log_eta.shape), 0.0)
-    mu = block_mean(P, "E", A, log_eta, np) + spec.config["centre"]["log_energy"]
-    sig = P["E_sigma"][:, None] if P["E_sigma"].ndim == 1 else P["E_sigma"][:, A["strategy_idx"]]
-    return mu, np.broadcast_to(sig, mu.shape), P["E_nu"]
+    log_eta = log_eta_draws(P, A, rng_noise(P, rng) if eff is None else None, eff)
+    return loc_scale(P, A, log_eta, spec.config["centre"])
 
 
 def eta_rmse(test: pd.DataFrame, log_eta_pred: np.ndarray) -> float:

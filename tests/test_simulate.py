@@ -58,7 +58,9 @@ def test_pooled_model_recovers_known_parameters():
     params = {k: prior[k].values[0, 0] for k in prior.data_vars}
     table = simulate_from_params(design, spec, params, seed=5)
     idata = fit(table, model="pooled", draws=300, tune=300, chains=2, seed=6, progress=False, predictive=False)
-    hdi = az.hdi(idata, hdi_prob=0.94)
+    # five truths in one replication: at 94 % each, one falls outside by chance in ~1 of 4 seeds
+    # (it did when the simulator's random stream changed); 99 % keeps the family-wise false alarm ~5 %
+    hdi = az.hdi(idata, hdi_prob=0.99)
     checks = {
         "alpha_C": (hdi["E_mu"].sel(coef="log_compute").values, TRUTH["E_mu"][1]),
         "alpha_M": (hdi["E_mu"].sel(coef="log_memory").values, TRUTH["E_mu"][2]),
@@ -67,4 +69,4 @@ def test_pooled_model_recovers_known_parameters():
         "usl_sigma": (hdi["curve_mu"].sel(curve_param="usl_sigma").values, TRUTH["curve_mu"][0]),
     }
     missed = {k: (lo_hi.tolist(), t) for k, (lo_hi, t) in checks.items() if not lo_hi[0] <= t <= lo_hi[1]}
-    assert not missed, f"truths outside the 94% HDI: {missed}"
+    assert not missed, f"truths outside the 99% HDI: {missed}"

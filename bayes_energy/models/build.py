@@ -1,9 +1,13 @@
 """Build the PyMC model from a :class:`~bayes_energy.models.spec.ModelSpec`.
 
 All inputs, the observations too, go through ``pm.Data`` with named dims,
-so prediction is ``pm.set_data`` and refitting on new rows (cross-validation
-folds, SBC replications) reuses one compiled model
-(``nutpie``'s ``with_data``).
+so refitting on new rows (cross-validation folds, SBC replications, probes)
+reuses one compiled model (``nutpie``'s ``with_data``, see
+:mod:`bayes_energy.models.refit`). Prediction does not go through PyMC: it
+evaluates the same law in numpy (:mod:`bayes_energy.models.law`) on the
+saved draws. Building a model first enables the machine-wide compile cache
+(:func:`bayes_energy.models.cache.enable_compile_cache`), so a second process
+that builds the same model loads its compiled log-density.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
 
+from .cache import enable_compile_cache
 from .curves import CURVES
 from .law import ETA_COLUMN, block_mean, log_eta_from_curves
 from .spec import ModelSpec, by_coef
@@ -107,6 +112,7 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         (centred ln s) and ``log_eta`` (ln efficiency of multi-device rows
         with a single-device partner: the rows that inform the curves).
     """
+    enable_compile_cache()  # before any random variable is built (see models/cache.py)
     cfg = spec.config
     pri = cfg["priors"]
     partial = cfg["pooling"] == "partial"

@@ -1,0 +1,128 @@
+r"""The posterior predictive in numpy: parameter draws to outcome draws, written once.
+
+:mod:`bayes_energy.models.build` states the model for PyMC; this module is
+its generative half for numpy, on the same law (:mod:`.law`) and the same
+design arrays (:meth:`~bayes_energy.models.spec.ModelSpec.arrays`). Every
+parameter array has a leading sample axis (one posterior or prior draw per
+row; a single parameter set is a sample axis of length 1). Used by
+:func:`bayes_energy.predict.predict_draws` (chunked, float32), by
+:func:`bayes_energy.simulate.simulate_from_params` and by the validation
+harness's exact predictive densities; ``tests/test_predictive.py`` checks it
+against ``pm.sample_posterior_predictive`` on the built model.
+
+For run :math:`r` with log efficiency :math:`\ln\eta_r` (measured, or from
+its strategy's speedup curve plus the scatter
+:math:`\sigma^\eta_s z^\eta_r` before the run):
+
+.. math::
+
+    \ln E_r = \mu^E_r + \sigma^E_s\,t^E_r,\qquad
+    \ln T_r = \mu^T_r + \lambda\,\sigma^E_s t^E_r + \sigma^T_s\,t^T_r
+
+with :math:`t^E \sim t_{\nu_E}`, :math:`t^T \sim t_{\nu_T}`,
+:math:`z^\eta \sim \mathcal N(0, 1)` and :math:`\lambda` = ``T_on_E_resid``.
+
+Random variates come from a ``noise(kind, k)`` callable that returns
+standard variates of shape (sample, k): ``"eta"`` standard normal, ``"E"``
+and ``"T"`` standard Student-t with each draw's own degrees of freedom.
+:func:`rng_noise` makes one from a numpy generator; ``predict`` passes views
+of pre-drawn pools instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from .law import block_mean, log_eta_from_curves
+
+__all__ = ["scatter_rows", "log_eta_draws", "noise_scale", "energy_time_draws", "energy_loc_scale", "rng_noise"]
+
+Noise = Callable[[str, int], np.ndarray]
+
+
+def scatter_rows(A: Mapping) -> np.ndarray:
+    """Positions of the runs whose efficiency comes from a speedup curve (multi-device, parallel strategy)."""
+    return np.flatnonzero((A["curve"] > 0) & (A["n_gpus"] > 1))
+
+
+def log_eta_draws(P: Mapping, A: Mapping, noise: Noise | None = None, efficiency: np.ndarray | None = None) -> np.ndarray:
+    """Log efficiency (sample, run): the curves, their scatter when ``noise`` is given, the measured value where known.
+
+    Parameters
+    ----------
+    P, A : mapping
+        Parameter draws (sample, ...) and design arrays.
+    noise : callable, optional
+        ``noise("eta", k)``: standard normal (sample, k) for the scatter of the
+        ``k`` curve runs. None gives the curves' expected log efficiency.
+    efficiency : array, optional
+        Measured efficiency per run (nan where not measured); replaces the curve there.
+    """
+    log_eta = log_eta_from_curves(P, A, np)
+    if noise is not None:
+        rows = scatter_rows(A)
+        if rows.size:
+            sd = P["eta_sigma"][:, np.maximum(A["strategy_idx"][rows] - 1, 0)]
+            log_eta[:, rows] += sd * noise("eta", rows.size)
+    if efficiency is not None:
+        known = np.isfinite(efficiency)
+        log_eta[:, known] = np.log(efficiency[known]).astype(log_eta.dtype)
+    return log_eta
+
+
+def noise_scale(P: Mapping, name: str, A: Mapping) -> np.ndarray:
+    """Residual scale ``name`` (``"E_sigma"`` or ``"T_sigma"``) per (sample, run), or (sample, 1) when shared."""
+    sig = P[name]
+    return sig[:, A["strategy_idx"]] if sig.ndim == 2 else sig[:, None]
+
+
+def energy_time_draws(P: Mapping, A: Mapping, log_eta: np.ndarray, centre: Mapping | None = None,
+                      noise: Noise | None = None, log_energy_obs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Draws of ln energy (J) and ln time (s), (sample, run).
+
+    Parameters
+    ----------
+    log_eta : array
+        (sample, run), from :func:`log_eta_draws`.
+    centre : mapping, optional
+        ``log_energy`` and ``log_time`` centres to add (the model works centred).
+    noise : callable, optional
+        Residual noise (``"E"`` then ``"T"``); None gives the expected outcome.
+    log_energy_obs : array, optional
+        Measured centred ln energy per run: time is then drawn given it, as the
+        model's likelihood does (``T_on_E_resid`` times the energy residual).
+    """
+    log_e = block_mean(P, "E", A, log_eta, np)
+    log_t = block_mean(P, "T", A, log_eta, np)
+    lam = P["T_on_E_resid"][:, None]
+    if log_energy_obs is not None:
+        log_t += lam * (log_energy_obs - log_e)
+    if noise is not None:
+        eps_e = noise("E", log_e.shape[1]) * noise_scale(P, "E_sigma", A)
+        log_e += eps_e
+        if log_energy_obs is None:
+            log_t += lam * eps_e
+        log_t += noise("T", log_t.shape[1]) * noise_scale(P, "T_sigma", A)
+    if centre is not None:
+        log_e += log_e.dtype.type(centre["log_energy"])
+        log_t += log_t.dtype.type(centre["log_time"])
+    return log_e, log_t
+
+
+def energy_loc_scale(P: Mapping, A: Mapping, log_eta: np.ndarray, centre: Mapping) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Student-t location (ln J), scale (sample, run) and degrees of freedom (sample,) of each run's energy."""
+    mu = block_mean(P, "E", A, log_eta, np) + centre["log_energy"]
+    return mu, np.broadcast_to(noise_scale(P, "E_sigma", A), mu.shape), P["E_nu"]
+
+
+def rng_noise(P: Mapping, rng: np.random.Generator) -> Noise:
+    """A ``noise(kind, k)`` source drawing fresh variates from ``rng`` for each call."""
+    def noise(kind: str, k: int) -> np.ndarray:
+        S = P["E_nu"].shape[0]
+        if kind == "eta":
+            return rng.standard_normal((S, k))
+        return rng.standard_t(np.broadcast_to(P[f"{kind}_nu"][:, None], (S, k)))
+
+    return noise
