@@ -112,9 +112,9 @@ class Design:
 
 
 def _known_hardware(idata) -> list[str]:
-    from .models.io import load_spec
+    from .models.io import posterior_of
 
-    return list(load_spec(idata).config["levels"]["hardware"])
+    return list(posterior_of(idata).spec.config["levels"]["hardware"])
 
 
 def _resolve(df: pd.DataFrame, known: list[str], source: str) -> pd.DataFrame:

@@ -139,9 +139,9 @@ class Workload:
 
 
 def _known_levels(idata, dim: str) -> list[str]:
-    from .models.io import load_spec
+    from .models.io import posterior_of
 
-    return list(load_spec(idata).config["levels"][dim])
+    return list(posterior_of(idata).spec.config["levels"][dim])
 
 
 def resolve_hardware(names: Sequence[str], known: Sequence[str], allow_unknown: bool = False,
@@ -246,16 +246,16 @@ def evidence(idata, cands: pd.DataFrame) -> list[str]:
     batch 8 < 16, params 5e+08 > 2.8e+08``: the law and the speedup curves
     are then extrapolated in those sizes, and the intervals only partly say so.
     """
-    from .models.io import PosteriorFileError, load_spec, training_table
+    from .models.io import posterior_of
     from .models.spec import cell_labels
     from .predict import placement
 
-    try:
-        df = training_table(idata)
-    except PosteriorFileError:
+    post = posterior_of(idata)
+    df = post.table
+    if df is None:
         return ["?"] * len(cands)
     new_cells = sorted(set(cell_labels(cands)) - set(cell_labels(df)))
-    placed = placement(load_spec(idata), new_cells, sorted(set(cell_labels(df))))
+    placed = placement(post.spec, new_cells, sorted(set(cell_labels(df))))
     seen = df.groupby(["hardware", "family", "strategy"])["n_gpus"].agg(lambda s: set(s.astype(int))).to_dict()
     # the workload sizes the speedup curves take as covariates, in logs (the model's own design_frame)
     sizes = design_frame(df)[list(CURVE_FEATURES)]
@@ -620,7 +620,7 @@ def plan(idata, workload: Workload | Mapping, strategies: Sequence[str] | None =
 
     Parameters
     ----------
-    idata : arviz.InferenceData
+    idata : arviz.InferenceData or bayes_energy.models.io.Posterior
         A fitted posterior (``posterior.nc`` of ``python -m bayes_energy.fit``).
     workload : Workload or mapping
         Architecture and size: ``family``, ``num_layers``, ``hidden_size``,
@@ -679,16 +679,16 @@ def plan(idata, workload: Workload | Mapping, strategies: Sequence[str] | None =
     >>> green = plan(idata, w, deadline_s=600, sites=[Site.from_region("FR", pue="1.3+-0.1"),
     ...              Site.from_region("PL", pue=1.1)], objective="co2e")  # doctest: +SKIP
     """
+    from .models.io import posterior_of
     from .predict import predict_draws
 
+    idata = posterior_of(idata)  # the spec and training table, derived once for every step below
     if strategies is None:
         strategies = _known_levels(idata, "strategy")
-    from .models.io import load_spec
-
     known_hw = _known_levels(idata, "hardware")
     hardware = resolve_hardware(list(hardware) if hardware is not None else known_hw, known_hw,
                                 allow_unknown=allow_unknown_hardware,
-                                by_specs=bool(load_spec(idata).config.get("spec_placement")))
+                                by_specs=bool(idata.spec.config.get("spec_placement")))
     if deadline_s is not None and not (np.isfinite(deadline_s) and deadline_s > 0):
         raise ValueError(f"deadline_s must be a positive number of seconds, got {deadline_s}")
     if energy_budget_j is not None and not (np.isfinite(energy_budget_j) and energy_budget_j > 0):

@@ -77,7 +77,7 @@ def check_plausibility(idata, n_gpus=(2, 4, 8), configs: pd.DataFrame | None = N
 
     Parameters
     ----------
-    idata : arviz.InferenceData
+    idata : arviz.InferenceData or bayes_energy.models.io.Posterior
         A fit from :func:`bayes_energy.models.sample.fit` (it carries its training table).
     n_gpus : sequence of int
         Device counts to check for every multi-device strategy of the model.
@@ -97,11 +97,13 @@ def check_plausibility(idata, n_gpus=(2, 4, 8), configs: pd.DataFrame | None = N
         ``tdp_w``, ``speedup_limit`` and the booleans ``energy_floor_ok``,
         ``speedup_ok``, ``power_ok`` (True where a check does not apply).
     """
-    from .models.io import load_spec, training_table
+    from .models.io import PosteriorFileError, posterior_of
     from .predict import NewLevelWarning, predict_draws
 
-    spec = load_spec(idata)
-    train = training_table(idata)
+    idata = posterior_of(idata)
+    spec, train = idata.spec, idata.table
+    if train is None:
+        raise PosteriorFileError("the posterior has no training_table group: the checks compare with the measured runs")
     eff = train.loc[train["n_gpus"] > 1, "efficiency"].to_numpy(float)
     eff = eff[np.isfinite(eff) & (eff > 0)]
     margin = max(0.0, float(np.log(eff).max())) if eff.size else 0.0

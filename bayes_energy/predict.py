@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from threadpoolctl import threadpool_limits
 
 from . import DEFAULT_PROB
 from .datasets import KWH_TO_J
@@ -323,16 +322,6 @@ class _Prepared:
     seeds: list
 
 
-def _training_table_or_none(idata) -> pd.DataFrame | None:
-    """The posterior's training table, read once per prediction (None when it carries none)."""
-    from .models.io import PosteriorFileError, training_table
-
-    try:
-        return training_table(idata)
-    except PosteriorFileError:
-        return None
-
-
 def design_and_posterior(idata, configs: pd.DataFrame, n_draws: int | None,
                          rng: np.random.Generator) -> tuple[ModelSpec, dict, dict]:
     """The spec, the candidates' design arrays and the posterior draws (sample, ...), new levels added.
@@ -342,19 +331,20 @@ def design_and_posterior(idata, configs: pd.DataFrame, n_draws: int | None,
     posterior starts here: :func:`predict_draws`, :func:`predict` and the
     validation harness's exact predictive densities.
     """
-    from .models.io import load_spec
+    from .models.io import posterior_of
 
-    spec = load_spec(idata)
+    post = posterior_of(idata)
+    spec = post.spec
     cands = check_candidates(configs)
     if "group" in configs.columns:
         cands["group"] = configs["group"].to_numpy()
-    train = _training_table_or_none(idata)
+    train = post.table
     _warn_extrapolation(train, cands)
     A = spec.arrays(cands, allow_new=True)
     groups = _group_codes(spec, cands)
     if groups is not None:
         A["group_idx"] = groups
-    P = _posterior_arrays(idata, n_draws, rng)
+    P = _posterior_arrays(post.idata, n_draws, rng)
     measured = None if train is None else sorted(set(cell_labels(train)))
     _add_new_levels(P, spec, A, cands, rng, measured=measured)
     return spec, A, P
@@ -420,6 +410,8 @@ def _map_chunks(st: _Prepared, fn) -> None:
         for i in chunks:
             fn(*_chunk_draws(st, i))
         return
+    from threadpoolctl import threadpool_limits
+
     # one BLAS thread per worker: BLAS's own threads on top of ours oversubscribe the cores
     # (measured: 2.2 s instead of 1.2 s for 10k candidates x 4000 draws on 2 cores)
     with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
@@ -440,7 +432,7 @@ def predict_draws(idata, configs: pd.DataFrame, mode: str = "pre", n_draws: int 
 
     Parameters
     ----------
-    idata : arviz.InferenceData
+    idata : arviz.InferenceData or bayes_energy.models.io.Posterior
         A posterior written by :func:`bayes_energy.models.sample.fit`.
     configs : pandas.DataFrame
         Candidate runs with :data:`PRE_RUN_COLUMNS` (extra columns ignored).
@@ -524,7 +516,7 @@ def predict(idata, configs: pd.DataFrame, prob: float = DEFAULT_PROB, mode: str 
 
     Parameters
     ----------
-    idata : arviz.InferenceData
+    idata : arviz.InferenceData or bayes_energy.models.io.Posterior
         A fitted posterior (``posterior.nc``).
     configs : pandas.DataFrame
         Candidates: :data:`PRE_RUN_COLUMNS`; extra columns are kept in the
@@ -585,9 +577,9 @@ def unknown_hardware(idata, hardware, source: str = "candidates") -> str:
     """
     import difflib
 
-    from .models.io import load_spec
+    from .models.io import posterior_of
 
-    spec = load_spec(idata)
+    spec = posterior_of(idata).spec
     known = list(spec.config["levels"]["hardware"])
     new = sorted(set(map(str, hardware)) - set(known))
     if spec.config.get("spec_placement"):

@@ -347,10 +347,12 @@ _COLS = ["hardware", "family", "num_layers", "hidden_size", "ff", "seq_len", "ba
 
 
 def _training_rows(idata) -> pd.DataFrame:
-    from .models.io import training_table
+    from .models.io import PosteriorFileError, posterior_of
     from .schema import add_efficiency
 
-    tr = training_table(idata)
+    tr = posterior_of(idata).table
+    if tr is None:
+        raise PosteriorFileError("the posterior has no training_table group; was it written by bayes_energy?")
     if "status" in tr.columns:
         tr = tr[tr["status"].astype(str).str.lower().isin(["ok", "nan", ""])]
     if "efficiency" not in tr.columns:
@@ -520,7 +522,7 @@ def probe_update(idata, probe, job: pd.DataFrame, prob: float = DEFAULT_PROB, n_
 
     Parameters
     ----------
-    idata : arviz.InferenceData
+    idata : arviz.InferenceData or bayes_energy.models.io.Posterior
         A fitted posterior (:func:`bayes_energy.models.io.load`).
     probe : path or pandas.DataFrame
         Probe windows of the job, sweep-table rows (see :func:`read_probe`).
@@ -551,12 +553,13 @@ def probe_update(idata, probe, job: pd.DataFrame, prob: float = DEFAULT_PROB, n_
     >>> res = probe_update(idata, "probe.csv", job)  # doctest: +SKIP
     >>> print(res)  # doctest: +SKIP
     """
-    from .models.io import load_spec
+    from .models.io import posterior_of
     from .predict import check_candidates
 
     if not 0 < prob < 1:
         raise ValueError(f"prob must lie in (0, 1), got {prob}")
-    spec = load_spec(idata)
+    idata = posterior_of(idata)
+    spec = idata.spec
     pr = read_probe(probe, source)
     groups = job["group"].to_numpy() if "group" in job.columns else None
     job = check_candidates(job, "job")

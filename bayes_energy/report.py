@@ -193,13 +193,14 @@ def _hdi_columns(summary: pd.DataFrame) -> tuple[str, str, str]:
 
 # ---------------------------------------------------------------------------- loading
 def _load(fit_dir: Path, idata=None, table: pd.DataFrame | None = None) -> _Fit:
-    from .models.io import load, load_spec, training_table
+    from .models.io import PosteriorFileError, load, posterior_of
 
-    if idata is None:
-        idata = load(fit_dir / "posterior.nc")
-    spec = load_spec(idata)
+    post = posterior_of(load(fit_dir / "posterior.nc") if idata is None else idata)
+    idata, spec = post.idata, post.spec
     if table is None:
-        table = training_table(idata)
+        table = post.table
+        if table is None:
+            raise PosteriorFileError(f"{fit_dir}: the posterior has no training_table group")
     summary_path = fit_dir / "summary.csv"
     if summary_path.is_file():
         summary = pd.read_csv(summary_path, index_col=0)

@@ -6,8 +6,19 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import warnings
+
+#: What the modelling side needs beyond the core (numpy, pandas): the ``model`` extra.
+MODEL_EXTRA = ("pymc", "arviz", "nutpie", "matplotlib", "threadpoolctl")
+_missing = [name for name in MODEL_EXTRA if importlib.util.find_spec(name) is None]
+if _missing:
+    raise ImportError(
+        f"bayes_energy's modelling side (fit, predict, plan, design, report) needs {', '.join(_missing)}, "
+        "not installed here (the core and the runner do not): pip install \"bayes_energy[model]\"",
+        name=_missing[0],
+    )
 
 # PyTensor warns, on its first compile, that it "could not link to a BLAS installation ... severely
 # degraded": pip wheels of numpy ship an OpenBLAS with renamed symbols that PyTensor's C backend cannot

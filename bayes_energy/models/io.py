@@ -17,6 +17,8 @@ import json
 import os
 import tempfile
 import warnings
+import weakref
+from dataclasses import dataclass
 from pathlib import Path
 
 import arviz as az
@@ -27,7 +29,7 @@ from .. import __version__
 from ..schema import REQUIRED
 from .spec import ModelSpec
 
-__all__ = ["save", "load", "load_spec", "training_table", "sample_array", "table_hash", "PosteriorFileError",
+__all__ = ["save", "load", "load_posterior", "posterior_of", "Posterior", "load_spec", "training_table", "sample_array", "table_hash", "PosteriorFileError",
            "VersionWarning"]
 
 
@@ -159,8 +161,72 @@ def load(path: str | os.PathLike, rebuild: bool = False):
     if written_by != __version__:
         warnings.warn(f"{path}: written by bayes_energy {written_by}; this is {__version__}. Its config is "
                       "compatible, but results may differ from a refit", VersionWarning, stacklevel=2)
+    _remember(idata, Posterior(idata, spec, df, str(path)))  # checked here: consumers reuse it (posterior_of)
     if not rebuild:
         return idata
     from .build import build_model
 
     return idata, spec, build_model(spec, df)
+
+
+@dataclass(frozen=True, eq=False)
+class Posterior:
+    """A checked posterior with what every consumer derives from it, derived once.
+
+    Attributes
+    ----------
+    idata : arviz.InferenceData
+        The draws and provenance (give it to ArviZ as usual).
+    spec : ModelSpec
+        Rebuilt from the attrs, its config checked against this version.
+    table : pandas.DataFrame or None
+        The training table (None for an InferenceData without one, e.g. a
+        prior-only object; consumers that need it say so).
+    source : str
+        The file it came from, or ``"posterior"``.
+    """
+
+    idata: az.InferenceData
+    spec: ModelSpec
+    table: pd.DataFrame | None
+    source: str = "posterior"
+
+
+#: id(InferenceData) -> (spec, table, source), dropped with the InferenceData (which is not hashable,
+#: so no WeakKeyDictionary; the values hold no reference to it, so it can be collected).
+_DERIVED: dict[int, tuple] = {}
+
+
+def _remember(idata: az.InferenceData, post: Posterior) -> Posterior:
+    key = id(idata)
+    if key not in _DERIVED:
+        weakref.finalize(idata, _DERIVED.pop, key, None)
+    _DERIVED[key] = (post.spec, post.table, post.source)
+    return post
+
+
+def posterior_of(obj, source: str = "posterior") -> Posterior:
+    """The :class:`Posterior` of a Posterior or an InferenceData (derived once per object, then reused).
+
+    ``predict``, ``plan``, ``probe_update``, ``check_plausibility`` and the
+    report accept either; they all start here, so a plan that predicts three
+    times reads the spec and the training table once.
+    """
+    if isinstance(obj, Posterior):
+        return obj
+    if not isinstance(obj, az.InferenceData):
+        raise TypeError(f"expected a posterior (arviz.InferenceData or bayes_energy Posterior), got {type(obj).__name__}")
+    known = _DERIVED.get(id(obj))
+    if known is not None:
+        return Posterior(obj, *known)
+    spec = load_spec(obj, source=source)
+    try:
+        table = training_table(obj)
+    except PosteriorFileError:
+        table = None
+    return _remember(obj, Posterior(obj, spec, table, source))
+
+
+def load_posterior(path: str | os.PathLike) -> Posterior:
+    """:func:`load` a posterior file and return it as one checked :class:`Posterior`."""
+    return posterior_of(load(path), source=str(path))
