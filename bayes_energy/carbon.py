@@ -67,7 +67,7 @@ import numpy as np
 import pandas as pd
 
 from .cli import nonnegative_float
-from .datasets import KWH_TO_J
+from .schema import KWH_TO_J
 
 __all__ = ["Uncertain", "Site", "to_co2e", "to_cost", "convert", "carbon_columns", "with_carbon", "cross_sites",
            "load_grid_intensity", "grid_intensity", "region_row", "add_site_arguments", "sites_from_args",

@@ -21,13 +21,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .schema import SchemaError, add_efficiency, validate
+from .schema import KWH_TO_J, SchemaError, add_efficiency, validate
 
 __all__ = [
     "DEFAULT_DATA",
     "read_csv",
     "load_sweep",
-    "load_default",
     "load_mayaki2026",
     "find_mayaki2026",
     "download_mayaki2026",
@@ -59,7 +58,6 @@ MAYAKI_GROUP_KEY = (
 )
 _MAYAKI_SIZE_RANGE = (100_000, 5_000_000)  # bytes; the 629-row public file is ~330 kB
 _STRATEGY_MAP = {"Baseline": "single", "FSDP": "fsdp", "TP": "tp", "DDP": "ddp"}
-KWH_TO_J = 3.6e6
 
 
 def read_csv(path: str | os.PathLike, what: str = "table") -> pd.DataFrame:
@@ -107,7 +105,7 @@ def load_sweep(paths: str | os.PathLike | Sequence[str | os.PathLike], include_f
     Parameters
     ----------
     paths : path or sequence of paths
-        Sweep CSV files as written by ``python -m bayes_energy.sweep``.
+        Sweep CSV files as written by ``python -m bayes_energy.runner.sweep``.
     include_failed : bool, default False
         Keep rows whose ``status`` is ``failed`` (their outcomes are empty).
 
@@ -146,17 +144,6 @@ def load_sweep(paths: str | os.PathLike | Sequence[str | os.PathLike], include_f
             if str(table[col].dtype) == "Int64":
                 table[col] = table[col].astype("int64")
     return add_efficiency(table)
-
-
-def load_default(root: str | os.PathLike = ".") -> pd.DataFrame:
-    """Load the sweep files shipped in ``data/`` (:data:`DEFAULT_DATA`).
-
-    Parameters
-    ----------
-    root : path, default "."
-        The project root that holds ``data/``.
-    """
-    return load_sweep([Path(root) / p for p in DEFAULT_DATA])
 
 
 def _cache_dir() -> Path:

@@ -5,7 +5,7 @@ configurations one could measure, the ``k`` runs that are expected to shrink
 the predictive uncertainty of the ``targets`` (the jobs one wants to predict,
 e.g. the production fine-tuning on 8 GPUs) most per unit of measurement cost,
 in order, with the expected reduction of each. It writes the picks as a sweep
-plan that ``python -m bayes_energy.sweep`` runs.
+plan that ``python -m bayes_energy.runner.sweep`` runs.
 
 The criterion (a linear-Gaussian approximation over the posterior draws)
 ----------------------------------------------------------------------
@@ -107,7 +107,7 @@ class Design:
     targets: pd.DataFrame
 
     def plan_toml(self, name: str = "design") -> str:
-        """The picks as a sweep plan for ``python -m bayes_energy.sweep`` (see :func:`plan_toml`)."""
+        """The picks as a sweep plan for ``python -m bayes_energy.runner.sweep`` (see :func:`plan_toml`)."""
         return plan_toml(self.runs, name=name)
 
 
@@ -402,7 +402,7 @@ def plan_toml(runs: pd.DataFrame, name: str = "design") -> str:
         raise ValueError("a sweep plan needs the attention heads of each pick: add a 'heads' column to the pool")
     hw = list(dict.fromkeys(runs["hardware"].astype(str)))
     lines = [f"# Next runs picked by bayes_energy.design ({len(runs)} in order of expected value per cost).",
-             "# Run with: python -m bayes_energy.sweep THIS.toml --out SWEEP.csv  (on the hardware named per run)"]
+             "# Run with: python -m bayes_energy.runner.sweep THIS.toml --out SWEEP.csv  (on the hardware named per run)"]
     if len(hw) > 1:
         lines.append(f"# The picks are for {len(hw)} hardware types ({', '.join(hw)}): run each pick on its hardware,"
                      " e.g. one copy of this plan per machine with the others' picks removed.")
@@ -424,7 +424,7 @@ def plan_toml(runs: pd.DataFrame, name: str = "design") -> str:
             n_ok += 1
             lines += [head] + body + [""]
     if n_ok == 0:
-        raise ValueError("none of the picks can be run by bayes_energy.sweep (it builds BERT-family workloads only)")
+        raise ValueError("none of the picks can be run by bayes_energy.runner.sweep (it builds BERT-family workloads only)")
     return "\n".join(lines)
 
 

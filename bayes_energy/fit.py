@@ -32,6 +32,7 @@ from . import __version__
 from .cli import (OutputError, Parser, check_fit_dir, fail, nonnegative_int, plain_warnings, positive_int, replace_dir,
                   scratch_dir, write_fit_marker)
 from .datasets import DEFAULT_DATA, load_mayaki2026, load_sweep
+from .models import DEFAULT_MODEL, MODEL_NAMES
 from .schema import SchemaError, data_notes
 
 DEFAULT_OUT = "fits/default"
@@ -43,7 +44,7 @@ def _parser() -> Parser:
     src.add_argument("--data", nargs="+", metavar="PATH", help=f"sweep CSV files (default: {' '.join(DEFAULT_DATA)})")
     src.add_argument("--dataset", choices=["mayaki2026"], help="a published dataset instead of sweep files")
     p.add_argument("--dataset-path", help="file or folder of the published dataset")
-    p.add_argument("--model", choices=["ols", "pooled", "hierarchical"], default="hierarchical")
+    p.add_argument("--model", choices=MODEL_NAMES, default=DEFAULT_MODEL)
     p.add_argument("--out", default=DEFAULT_OUT, help="output folder (default %(default)s): new, empty, or a fit folder with --overwrite")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it is a fit folder written by bayes_energy")
     p.add_argument("--chains", type=positive_int, default=4)

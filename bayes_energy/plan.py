@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from . import DEFAULT_PROB
-from .datasets import KWH_TO_J
+from .schema import KWH_TO_J
 from .models.spec import CURVE_FEATURES, design_frame
 from .schema import SchemaError, STRATEGIES
 

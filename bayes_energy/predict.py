@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from . import DEFAULT_PROB
-from .datasets import KWH_TO_J
+from .schema import KWH_TO_J
 from .models.predictive import energy_time_draws, log_eta_draws
 from .models.spec import ModelSpec, by_coef, cell_labels, group_keys
 from .schema import POST_RUN, SchemaError, validate_configs

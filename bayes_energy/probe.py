@@ -72,7 +72,7 @@ import numpy as np
 import pandas as pd
 
 from . import DEFAULT_PROB
-from .datasets import KWH_TO_J
+from .schema import KWH_TO_J
 from .schema import STRATEGIES, SchemaError
 
 __all__ = ["probe_update", "read_probe", "job_scales", "ProbeResult", "JOB_KEY"]

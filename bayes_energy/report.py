@@ -842,7 +842,7 @@ def carbon_plan(f: _Fit, sites):
 
 def _page_carbon(pdf, f: _Fit, sites) -> None:
     from .carbon import ANNUAL_AVERAGE_NOTE
-    from .datasets import KWH_TO_J
+    from .schema import KWH_TO_J
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

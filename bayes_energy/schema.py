@@ -51,7 +51,11 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+#: Joules per kilowatt-hour: the one unit conversion of the package (tables hold joules and seconds).
+KWH_TO_J = 3.6e6
+
 __all__ = [
+    "KWH_TO_J",
     "SchemaError",
     "STRATEGIES",
     "REQUIRED",

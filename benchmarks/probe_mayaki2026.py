@@ -54,7 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tables import RESULTS, markdown  # noqa: E402
 from validate_mayaki2026 import BayesRunner, grouped_splits  # noqa: E402
 
-from bayes_energy.datasets import KWH_TO_J, load_mayaki2026  # noqa: E402
+from bayes_energy.datasets import load_mayaki2026
+from bayes_energy.schema import KWH_TO_J  # noqa: E402
 
 PROBES = ("single", "parallel")
 METHODS = ("no_probe", "probe", "linear")

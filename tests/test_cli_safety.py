@@ -370,7 +370,7 @@ def test_write_file_leaves_the_old_file_when_writing_fails(tmp_path):
 
 # --------------------------------------------------------------------------- sweep --out
 def sweep_main(*args):
-    from bayes_energy.sweep import main
+    from bayes_energy.runner.sweep import main
 
     return main([str(a) for a in args])
 

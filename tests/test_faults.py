@@ -260,7 +260,7 @@ def test_check_candidates_returns_a_clean_table_or_raises_schema_error(df):
 # --------------------------------------------------------------------------- sweeps under faults
 FAKE_SWEEP = r"""
 import random, sys, time
-import bayes_energy.sweep as sw
+import bayes_energy.runner.sweep as sw
 from bayes_energy.runner.plan import parse_plan
 
 def fake_launch(cfg, node, workdir, timeout_s, measured_by="per-rank", extra=(), log_name="run"):
@@ -313,10 +313,10 @@ def test_sweep_killed_five_times_at_random_points_has_every_row_exactly_once(tmp
 
 def test_two_sweeps_on_one_file_never_interleave(tmp_path):
     """The second sweep on the same output refuses at once (exit 2) while the first one holds it."""
-    from bayes_energy.sweep import SweepTable
+    from bayes_energy.runner.sweep import SweepTable
 
     out = tmp_path / "s.csv"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from bayes_energy.sweep import SweepTable; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from bayes_energy.runner.sweep import SweepTable; "
                                f"t = SweepTable({str(out)!r}); print('locked', flush=True); time.sleep(30)"],
                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -324,7 +324,7 @@ def test_two_sweeps_on_one_file_never_interleave(tmp_path):
         plan = tmp_path / "p.toml"
         plan.write_text('[[grid]]\nnum_layers = 1\nhidden_size = 32\nheads = 2\nff = 64\nseq_len = 8\n'
                         'batch_size = 2\nstrategy = "single"\nn_gpus = 1\n')
-        r = subprocess.run([sys.executable, "-m", "bayes_energy.sweep", str(plan), "--out", str(out), "--device", "cpu",
+        r = subprocess.run([sys.executable, "-m", "bayes_energy.runner.sweep", str(plan), "--out", str(out), "--device", "cpu",
                             "--meter", "estimate", "--idle-s", "0"], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and "another sweep is writing this file" in r.stderr and "Traceback" not in r.stderr
         with pytest.raises(Exception, match="another sweep"):
@@ -338,7 +338,7 @@ def test_two_sweeps_on_one_file_never_interleave(tmp_path):
 def test_device_lost_mid_window_is_a_failed_row_never_ok(tmp_path, monkeypatch):
     """NVML reports GPU_IS_LOST at the end of a window: the worker fails, the sweep writes a failed row."""
     pynvml = pytest.importorskip("pynvml")
-    from bayes_energy import sweep
+    from bayes_energy.runner import sweep
     from bayes_energy.runner import meters, worker
     from bayes_energy.runner.plan import RunConfig
     from tests.test_meters import HOPPER, FakeNVML
@@ -422,7 +422,7 @@ HOSTILE = "x; touch {canary} && $(touch {canary}) `touch {canary}`"
 
 def test_plan_toml_and_candidates_cannot_start_a_shell_or_write_elsewhere(tmp_path, monkeypatch, capsys):
     from bayes_energy.runner.plan import PlanError, load_plan
-    from bayes_energy.sweep import Node, worker_command
+    from bayes_energy.runner.sweep import Node, worker_command
 
     canary = tmp_path / "PWNED"
     bad = HOSTILE.format(canary=canary)
@@ -445,5 +445,5 @@ def test_plan_toml_and_candidates_cannot_start_a_shell_or_write_elsewhere(tmp_pa
     assert predict_main("--posterior", tmp_path / "x.nc", "--configs", cands, "--out", out) == 2
     capsys.readouterr()
     assert not canary.exists() and not popen
-    src = (ROOT / "bayes_energy" / "sweep.py").read_text() + (ROOT / "bayes_energy" / "runner" / "worker.py").read_text()
+    src = (ROOT / "bayes_energy" / "runner" / "sweep.py").read_text() + (ROOT / "bayes_energy" / "runner" / "worker.py").read_text()
     assert "shell=True" not in src and "os.system" not in src

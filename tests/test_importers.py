@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from bayes_energy.datasets import load_mayaki2026, load_sweep
-from bayes_energy.runner.importers import KWH_TO_J, load_codecarbon, load_zeus, read_zeus_log
+from bayes_energy.runner.importers import load_codecarbon, load_zeus, read_zeus_log
+from bayes_energy.schema import KWH_TO_J
 from bayes_energy.schema import ENERGY_SOURCES, SchemaError
 from tests._data import mayaki_path
 

@@ -28,7 +28,7 @@ pynvml = pytest.importorskip("pynvml")
 
 from bayes_energy.datasets import load_sweep  # noqa: E402
 from bayes_energy.runner.job import JobError, JobMeter, architecture_of, measure_job  # noqa: E402
-from bayes_energy.sweep import COLUMNS, SweepError, SweepTable  # noqa: E402
+from bayes_energy.runner.sweep import COLUMNS, SweepError, SweepTable  # noqa: E402
 from tests.test_meters import HOPPER, FakeNVML, nv  # noqa: E402,F401 - nv is a fixture
 from tests.test_rapl import _set, _zone  # noqa: E402
 

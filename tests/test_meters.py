@@ -330,7 +330,7 @@ def test_worker_ranks_measure_each_device_once(nv, local_world):
 
 def test_sweep_node_on_gpus_names_hardware_and_idle_power(nv, monkeypatch):
     from bayes_energy.runner.plan import RunConfig
-    from bayes_energy.sweep import Node
+    from bayes_energy.runner.sweep import Node
 
     FakeNVML(nv, [HOPPER] * 4, power_w=[60.0, 70.0, 80.0, 90.0])
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")

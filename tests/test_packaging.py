@@ -30,7 +30,7 @@ def test_without_pymc_the_runner_imports_and_the_model_side_names_the_extra():
     code = (
         "import sys\n"
         "sys.modules['pymc'] = None  # as on a node without the model extra\n"
-        "import bayes_energy, bayes_energy.sweep, bayes_energy.schema, bayes_energy.datasets\n"
+        "import bayes_energy, bayes_energy.runner.sweep, bayes_energy.schema, bayes_energy.datasets\n"
         "import bayes_energy.runner.plan, bayes_energy.runner.meters, bayes_energy.runner.importers\n"
         "try:\n"
         "    import bayes_energy.predict\n"

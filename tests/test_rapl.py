@@ -126,7 +126,7 @@ def test_no_powercap_is_unavailable(tmp_path):
 
 
 def test_sweep_falls_back_to_estimate_and_says_why(powercap, monkeypatch):
-    from bayes_energy.sweep import Node, SweepError
+    from bayes_energy.runner.sweep import Node, SweepError
 
     monkeypatch.setattr(meters, "pynvml", None)  # no GPU here
     node = Node(powercap_root=str(powercap["root"]))

@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from bayes_energy.runner.plan import RunConfig  # noqa: E402
-from bayes_energy.sweep import Node, launch  # noqa: E402
+from bayes_energy.runner.sweep import Node, launch  # noqa: E402
 
 TINY = dict(num_layers=2, hidden_size=32, heads=2, ff=64, seq_len=16, batch_size=2, steps=3, warmup=1, vocab_size=256)
 

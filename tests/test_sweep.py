@@ -16,7 +16,7 @@ import pytest
 from bayes_energy.datasets import load_sweep
 from bayes_energy.runner.plan import PlanError, RunConfig, config_key, load_plan, parse_plan, parse_shard, shard
 from bayes_energy.schema import REQUIRED, validate
-from bayes_energy.sweep import COLUMNS, Node, SweepError, SweepTable, check_row, launch, make_row, run_sweep
+from bayes_energy.runner.sweep import COLUMNS, Node, SweepError, SweepTable, check_row, launch, make_row, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,7 @@ n_gpus = 1
 def test_runner_never_imports_the_modelling_side():
     code = (
         "import sys\n"
-        "import bayes_energy.sweep, bayes_energy.runner\n"
+        "import bayes_energy.runner.sweep, bayes_energy.runner\n"
         "import bayes_energy.runner.meters, bayes_energy.runner.plan, bayes_energy.runner.worker\n"
         "import bayes_energy.runner.workload\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('pymc', 'arviz', 'pytensor', 'nutpie')"
@@ -256,7 +256,7 @@ def test_sweep_killed_mid_run_resumes_without_lost_or_duplicated_rows(tmp_path):
     plan.write_text(TINY_PLAN)
     out = tmp_path / "sweep.csv"
     logs = tmp_path / "logs"
-    cmd = [sys.executable, "-m", "bayes_energy.sweep", str(plan), "--out", str(out), "--device", "cpu",
+    cmd = [sys.executable, "-m", "bayes_energy.runner.sweep", str(plan), "--out", str(out), "--device", "cpu",
            "--meter", "estimate", "--idle-s", "0.2", "--no-progress", "--log-dir", str(logs)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 90
@@ -310,7 +310,7 @@ def test_cli_dry_run_lists_the_shard(tmp_path):
     runs = []
     for i in range(2):
         r = subprocess.run(
-            [sys.executable, "-m", "bayes_energy.sweep", str(plan), "--out", str(out), "--shard", f"{i}/2",
+            [sys.executable, "-m", "bayes_energy.runner.sweep", str(plan), "--out", str(out), "--shard", f"{i}/2",
              "--device", "cpu", "--meter", "estimate", "--dry-run"],
             cwd=ROOT, capture_output=True, text=True, timeout=60,
         )
@@ -318,6 +318,6 @@ def test_cli_dry_run_lists_the_shard(tmp_path):
         assert "energy is an ESTIMATE" in r.stderr
         runs.append(r.stdout.split("\n")[:-1])
     assert sorted(runs[0] + runs[1]) == sorted(c.label for c in load_plan(plan).configs)
-    bad = subprocess.run([sys.executable, "-m", "bayes_energy.sweep", str(plan), "--out", str(out), "--shard", "2/2"],
+    bad = subprocess.run([sys.executable, "-m", "bayes_energy.runner.sweep", str(plan), "--out", str(out), "--shard", "2/2"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--shard 2/2" in bad.stderr

@@ -3,13 +3,15 @@ r"""``pooled``: the paper's reduced-form law in PyMC, completely pooled.
 .. math::
 
     \ln E_r &\sim \mathrm{StudentT}\big(\nu, \mu_r, \sigma\big), \\
-    \mu_r &= \beta_0 + \beta_{h[r]} + \beta_{f[r]} + \alpha_C \ln C_r + \alpha_M \ln M_r
+    \mu_r &= \beta_0 + b_{c[r]} + \alpha_C \ln C_r + \alpha_M \ln M_r
              + \alpha_\eta \ln \eta_r + \Psi_{s[r]}, \qquad \Psi_{\text{single}} = 0, \\
     \alpha_C &\sim \mathcal N(0.2, 0.5^2),\quad \alpha_M \sim \mathcal N(0.4, 0.5^2),\quad
     \alpha_\eta \sim \mathcal N(-1, 0.5^2),\quad \Psi_s \sim \mathcal N(0, 1),
+    \quad b_c \sim \mathcal N(0, \sigma_b^2),
 
-with centred log features, fixed hardware and family intercepts (first level
-as reference) and one slope set for all data. The slope priors sit on the
+with centred log features, one free intercept :math:`b_c` per hardware x
+family cell (``E_cell_intercept``, prior scale ``cell_intercept_sigma``) and
+one slope set for all data. The slope priors sit on the
 paper's OLS values with scales that let the prior predictive span roughly
 three orders of magnitude of energy around the data's centre (see
 ``tests/test_models.py::test_prior_predictive_is_weakly_informative``).

@@ -6,7 +6,7 @@ Modules, in the order data flows through them:
 * :mod:`~bayes_energy.runner.meters` - energy meters (NVML, RAPL, estimate).
 * :mod:`~bayes_energy.runner.workload` - model, strategies and timed steps (torch).
 * :mod:`~bayes_energy.runner.worker` - the torchrun entry point, one configuration per launch.
-* :mod:`bayes_energy.sweep` - the command line that runs a plan and writes the sweep table.
+* :mod:`bayes_energy.runner.sweep` - the command line that runs a plan and writes the sweep table.
 * :mod:`~bayes_energy.runner.job` - :func:`measure_job`, meter a user's own training job (one row).
 * :mod:`~bayes_energy.runner.callback` - :class:`EnergyCallback`, the same for a ``transformers.Trainer``.
 * :mod:`~bayes_energy.runner.importers` - :func:`load_codecarbon`, :func:`load_zeus`: existing logs → rows.
@@ -29,7 +29,7 @@ from .meters import (
     RAPLMonitor,
     ShortWindowWarning,
 )
-from .plan import Plan, PlanError, RunConfig, load_plan
+from .plan import SweepPlan, PlanError, RunConfig, load_plan
 
 _LAZY = {
     "measure_job": "job",
@@ -50,7 +50,7 @@ __all__ = [
     "NVMLMonitor",
     "RAPLMonitor",
     "ShortWindowWarning",
-    "Plan",
+    "SweepPlan",
     "PlanError",
     "RunConfig",
     "load_plan",

@@ -71,11 +71,10 @@ import numpy as np
 import pandas as pd
 
 from ..datasets import read_csv
-from ..schema import REQUIRED, SchemaError, run_key, validate, validate_configs
+from ..schema import KWH_TO_J, REQUIRED, SchemaError, run_key, validate, validate_configs
 
-__all__ = ["load_codecarbon", "load_zeus", "read_zeus_log", "KWH_TO_J"]
+__all__ = ["load_codecarbon", "load_zeus", "read_zeus_log"]
 
-KWH_TO_J = 3.6e6
 _GPU_COL = re.compile(r"^gpu(\d+)_energy$")
 _OUTCOME_IN_CONFIG = ("time_s", "energy_j", "energy_source")
 _HARDWARE_RE = re.compile(r"^\s*(\d+)\s*x\s*(.+?)\s*$")

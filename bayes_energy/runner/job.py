@@ -37,8 +37,8 @@ A block left by an exception (or by SIGTERM, e.g. torchrun or Slurm stopping
 the job) writes a ``failed`` row with the error; its outcome columns stay
 empty, as on the sweep's failed rows. A row is never written as ``ok`` for a
 job that did not finish. Rows are appended through
-:class:`bayes_energy.sweep.SweepTable` (one locked, fsynced write of a whole
-line) and checked against the schema first (:func:`bayes_energy.sweep.check_row`).
+:class:`bayes_energy.runner.sweep.SweepTable` (one locked, fsynced write of a whole
+line) and checked against the schema first (:func:`bayes_energy.runner.sweep.check_row`).
 
 Nothing here imports PyMC or transformers; torch is imported when a job
 starts, not when this module is imported.
@@ -456,7 +456,7 @@ class JobMeter:
 
     def _check_out_file(self) -> str:
         """Why the row could not be appended to ``out`` ('' when it can): checked before training starts."""
-        from ..sweep import SweepError, SweepTable
+        from .sweep import SweepError, SweepTable
         from .plan import config_key
 
         try:
@@ -605,7 +605,7 @@ class JobMeter:
         self._state = "done"
         if not was_started or self.rank != 0:
             return None
-        from ..sweep import _OUTCOME_COLUMNS
+        from .sweep import _OUTCOME_COLUMNS
 
         row = self._base_row()
         for c in _OUTCOME_COLUMNS:
@@ -642,7 +642,7 @@ class JobMeter:
 
     def _write(self, row: dict) -> dict:
         """Validate and append the row; wait for a lock held by another writer up to ``lock_timeout_s``."""
-        from ..sweep import SweepError, SweepTable, check_row
+        from .sweep import SweepError, SweepTable, check_row
 
         row = check_row(row)
         deadline = time.monotonic() + self.lock_timeout_s

@@ -57,7 +57,7 @@ from pathlib import Path
 
 from ..schema import RUN_KEY, STRATEGIES
 
-__all__ = ["PlanError", "RunConfig", "Plan", "load_plan", "parse_plan", "parse_shard", "shard", "config_key"]
+__all__ = ["PlanError", "RunConfig", "SweepPlan", "load_plan", "parse_plan", "parse_shard", "shard", "config_key"]
 
 
 class PlanError(ValueError):
@@ -158,7 +158,7 @@ _TABLE_EXTRA = {"ff_mult", "sample", "seed", "name", "shapes"}
 
 
 @dataclass
-class Plan:
+class SweepPlan:
     """A parsed plan.
 
     Attributes
@@ -180,7 +180,7 @@ class Plan:
     name: str = ""
 
 
-def load_plan(path: str | Path) -> Plan:
+def load_plan(path: str | Path) -> SweepPlan:
     """Read a plan file.
 
     Raises
@@ -198,8 +198,8 @@ def load_plan(path: str | Path) -> Plan:
     return parse_plan(data, source=str(path))
 
 
-def parse_plan(data: dict, source: str = "plan") -> Plan:
-    """Turn a parsed TOML document into a :class:`Plan` (see the module docstring)."""
+def parse_plan(data: dict, source: str = "plan") -> SweepPlan:
+    """Turn a parsed TOML document into a :class:`SweepPlan` (see the module docstring)."""
     unknown_top = set(data) - {"sweep", "grid", "config"}
     if unknown_top:
         raise PlanError(f"{source}: unknown table(s) {', '.join(sorted(unknown_top))}; expected [sweep], [[grid]], [[config]]")
@@ -227,7 +227,7 @@ def parse_plan(data: dict, source: str = "plan") -> Plan:
                 continue
             seen.add(key)
             configs.append(cfg)
-    return Plan(configs=configs, skipped=skipped, timeout_s=timeout_s, source=source, name=name)
+    return SweepPlan(configs=configs, skipped=skipped, timeout_s=timeout_s, source=source, name=name)
 
 
 def _as_list(v) -> list:
@@ -330,8 +330,3 @@ def shard(configs: Sequence[RunConfig], i: int, n: int) -> list[RunConfig]:
     in exactly one.
     """
     return list(configs[i::n])
-
-
-def keys(configs: Iterable[RunConfig], hardware: str) -> list[tuple]:
-    """Run keys of ``configs`` on ``hardware``."""
-    return [config_key(c, hardware) for c in configs]

@@ -1,6 +1,6 @@
 """The torchrun entry point: measure one configuration, write one JSON result.
 
-Launched by :mod:`bayes_energy.sweep` as::
+Launched by :mod:`bayes_energy.runner.sweep` as::
 
     python -m torch.distributed.run --standalone --nproc_per_node N \\
         -m bayes_energy.runner.worker --config '{...}' --result out.json
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> dict | None:
         return all_sum(x, op=dist.ReduceOp.MAX)
 
     t_build = time.perf_counter()
-    model = workload.build_model(cfg, device)
+    model = workload.build_network(cfg, device)
     model = workload.apply_strategy(model, cfg, device)
     batch = workload.make_batch(cfg, device, rank)
     trainer = workload.Trainer(model, batch, cfg.grad_accum, sync)

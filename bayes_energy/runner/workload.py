@@ -1,6 +1,6 @@
 """The measured workload: a randomly initialised BERT classifier and its strategies.
 
-* :func:`build_model` - ``BertForSequenceClassification(BertConfig(...))`` with
+* :func:`build_network` - ``BertForSequenceClassification(BertConfig(...))`` with
   random weights, no download (``HF_HUB_OFFLINE=1``).
 * :func:`apply_strategy` - ``single``, ``ddp`` (DistributedDataParallel),
   ``fsdp`` (FSDP2 ``fully_shard`` per encoder block, then the model) and
@@ -29,7 +29,7 @@ import torch.distributed as dist  # noqa: E402
 
 from .plan import RunConfig  # noqa: E402
 
-__all__ = ["build_model", "apply_strategy", "make_batch", "Trainer", "tokens_per_step", "TP_PLAN"]
+__all__ = ["build_network", "apply_strategy", "make_batch", "Trainer", "tokens_per_step", "TP_PLAN"]
 
 #: Tensor-parallel plan of one HF BERT encoder block.
 TP_PLAN: dict[str, str] = {
@@ -42,7 +42,7 @@ TP_PLAN: dict[str, str] = {
 }
 
 
-def build_model(cfg: RunConfig, device: torch.device | str = "cpu", seed: int = 0) -> torch.nn.Module:
+def build_network(cfg: RunConfig, device: torch.device | str = "cpu", seed: int = 0) -> torch.nn.Module:
     """A BERT classifier with random weights, built from ``cfg``.
 
     Every rank uses the same ``seed`` so replicated parameters start equal.

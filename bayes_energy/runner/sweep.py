@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m bayes_energy.sweep PLAN.toml --out data/NAME.csv [--shard i/n]
+    python -m bayes_energy.runner.sweep PLAN.toml --out data/NAME.csv [--shard i/n]
         [--tdp-w W] [--timeout-s S] [--meter auto|nvml|rapl|estimate]
         [--measured-by per-rank|node] [--retry-failed] [--dry-run]
 
@@ -40,10 +40,10 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from .cli import Parser, fail, nonnegative_float, positive_float, positive_int, probability, scratch_dir
-from .runner import meters
-from .runner.plan import Plan, PlanError, RunConfig, config_key, load_plan, parse_shard, shard
-from .schema import REQUIRED, SchemaError, validate
+from ..cli import Parser, fail, nonnegative_float, positive_float, positive_int, probability, scratch_dir
+from . import meters
+from .plan import PlanError, RunConfig, SweepPlan, config_key, load_plan, parse_shard, shard
+from ..schema import REQUIRED, SchemaError, validate
 
 __all__ = ["COLUMNS", "SweepTable", "SweepError", "main", "run_sweep", "launch"]
 
@@ -467,7 +467,7 @@ def _failure_message(rc: int, result: Path, log: Path) -> str:
 # --------------------------------------------------------------------------- rows
 def make_row(cfg: RunConfig, res: dict, node: Node, plan_name: str, shard_text: str) -> dict:
     """One sweep-table row from a configuration and its launch result."""
-    from . import __version__
+    from .. import __version__
 
     row: dict = {k: v for k, v in res.items() if k in COLUMNS}
     row.update(
@@ -556,7 +556,7 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_sweep(plan: Plan, out: str | os.PathLike, node: Node, shard_spec: tuple[int, int] = (0, 1),
+def run_sweep(plan: SweepPlan, out: str | os.PathLike, node: Node, shard_spec: tuple[int, int] = (0, 1),
               timeout_s: float | None = None, measured_by: str = "per-rank", idle_s: float = 3.0,
               retry_failed: bool = False, dry_run: bool = False, log_dir: str | None = None,
               no_progress: bool = False, plan_name: str = "") -> dict:
@@ -640,7 +640,7 @@ def run_sweep(plan: Plan, out: str | os.PathLike, node: Node, shard_spec: tuple[
 
 def _parser() -> Parser:
     p = Parser(
-        prog="python -m bayes_energy.sweep",
+        prog="python -m bayes_energy.runner.sweep",
         description="Measure the configurations of a TOML plan and append them to a sweep table (CSV).",
     )
     p.add_argument("plan", help="the plan file (TOML)")
