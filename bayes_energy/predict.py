@@ -420,6 +420,13 @@ def _map_chunks(st: _Prepared, fn) -> None:
 
 
 def _workers() -> int:
+    """Threads for the chunks: ``$BAYES_ENERGY_THREADS`` if set, else the cores this process may use."""
+    env = os.environ.get("BAYES_ENERGY_THREADS", "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ValueError(f"BAYES_ENERGY_THREADS must be a whole number of threads, got {env!r}") from None
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

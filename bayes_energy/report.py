@@ -42,6 +42,7 @@ import pandas as pd
 
 from . import DEFAULT_PROB, __version__
 from .cli import OutputError, Parser, check_output_file, fail, plain_warnings, write_file
+from .models.curves import CURVES
 from .models.io import sample_array
 from .models.spec import cell_labels
 
@@ -73,12 +74,8 @@ COEF_LABELS = {
     "log_batch": "ln batch",
     "log_n_gpus": "ln devices",
 }
-CURVE_LABELS = {
-    "usl_sigma": "USL ln σ (contention)",
-    "usl_omega": "USL ln ω (distribution overhead)",
-    "tp_gain": "TP ln S∞ (ceiling)",
-    "tp_rate": "TP ln k (rate)",
-}
+#: Report names of the speedup-curve parameters, from their declarations (models/curves.py).
+CURVE_LABELS = {p: c.label(p) for c in CURVES.values() for p in c.params}
 PAGE_SIZE = (11.69, 8.27)  # A4 landscape, inches
 STRATEGY_COLOURS = {"single": "#444444", "ddp": "#1b9e77", "fsdp": "#d95f02", "tp": "#7570b3"}
 PASS_COLOUR, FAIL_COLOUR, INFO_COLOUR = "#d9f2d9", "#f8d0d0", "#f2f2f2"

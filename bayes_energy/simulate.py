@@ -36,7 +36,7 @@ from .models.predictive import energy_time_draws, log_eta_draws, rng_noise
 from .models.spec import ModelSpec
 from .schema import validate
 
-__all__ = ["simulated_design", "simulate_from_params", "simulate_sweep", "tiny_sweep", "design_spec",
+__all__ = ["placeholder_table", "simulated_design", "simulate_from_params", "simulate_sweep", "tiny_sweep", "design_spec",
            "SIM_ENERGY_CENTRE_J", "SIM_TIME_CENTRE_S"]
 
 #: Centre of simulated ln energy (J) and ln time (s).
@@ -77,7 +77,7 @@ def simulated_design(n_configs: int = 6, hardware: tuple[str, ...] = ("sim-gpu-a
     return pd.DataFrame(rows)
 
 
-def _placeholder(design: pd.DataFrame) -> pd.DataFrame:
+def placeholder_table(design: pd.DataFrame) -> pd.DataFrame:
     """The design with unit outcomes, so a spec and a model can be built on it."""
     df = design.copy()
     for col in ("time_s", "energy_j", "efficiency", "speedup"):
@@ -94,7 +94,7 @@ def design_spec(design: pd.DataFrame, model: str = "pooled", config: dict | None
     Fitting a simulated table with this spec (``model_data(spec, table)``)
     keeps the intercepts on the scale they were simulated on.
     """
-    spec = ModelSpec.from_table(_placeholder(design), model, default_config(model, config))
+    spec = ModelSpec.from_table(placeholder_table(design), model, default_config(model, config))
     spec.config["centre"]["log_energy"] = float(np.log(energy_centre_j))
     spec.config["centre"]["log_time"] = float(np.log(time_centre_s))
     return spec
@@ -161,7 +161,7 @@ def prior_draws(design: pd.DataFrame, spec: ModelSpec, draws: int = 1, fixed: di
 
     from .models.build import build_model
 
-    model = build_model(spec, _placeholder(design))
+    model = build_model(spec, placeholder_table(design))
     if fixed:
         model = pm.do(model, {k: np.asarray(v, dtype=float) for k, v in fixed.items()})
     names = [v for v in _NEEDED if v in model.named_vars]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import time
 import tracemalloc
@@ -80,10 +81,10 @@ def main() -> None:
     idata.posterior.load()  # time predict(), not reading the file
     spec = load_spec(idata)
     cands = candidates(training_table(idata), spec.strategies, args.candidates)
-    cores = bp._workers()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     rows = []
     for workers in sorted({cores, 1}, reverse=True):
-        bp._workers = lambda w=workers: w  # the thread count predict() uses
+        os.environ["BAYES_ENERGY_THREADS"] = str(workers)  # the thread count predict() uses
         times = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()

@@ -86,14 +86,14 @@ def _child(args) -> dict:
     from bayes_energy.models import default_config
     from bayes_energy.models.build import build_model
     from bayes_energy.models.diagnostics import diagnose
-    from bayes_energy.models.sample import TARGET_ACCEPT, _kept_vars
+    from bayes_energy.models.sample import TARGET_ACCEPT, kept_vars
     from bayes_energy.models.spec import ModelSpec
 
     df = load_mayaki2026(args.data)
     t0, c0 = time.perf_counter(), time.process_time()
     spec = ModelSpec.from_table(df, args.model, default_config(args.model))
     model = build_model(spec, df)
-    names = _kept_vars(model)
+    names = kept_vars(model)
     draws, tune, chains, seed = args.draws, args.tune, args.chains, args.seed
     if args.child.startswith("nutpie"):
         import nutpie

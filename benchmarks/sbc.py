@@ -76,9 +76,9 @@ def run(reps: int = 100, draws: int = 200, tune: int = 200, chains: int = 2, thi
 
     from bayes_energy.models.build import build_model, model_data
     from bayes_energy.models.io import sample_array
-    from bayes_energy.models.sample import _kept_vars
+    from bayes_energy.models.sample import kept_vars
     from bayes_energy.simulate import (
-        _placeholder,
+        placeholder_table,
         design_spec,
         prior_draws,
         simulate_from_params,
@@ -91,8 +91,8 @@ def run(reps: int = 100, draws: int = 200, tune: int = 200, chains: int = 2, thi
     t_start = time.perf_counter()
     design = sbc_design(n_configs, seed)
     spec = design_spec(design, model)
-    pm_model = build_model(spec, _placeholder(design))
-    compiled = nutpie.compile_pymc_model(pm_model, var_names=_kept_vars(pm_model))
+    pm_model = build_model(spec, placeholder_table(design))
+    compiled = nutpie.compile_pymc_model(pm_model, var_names=kept_vars(pm_model))
     log(f"compiled {model} on a {len(design)}-row design in {time.perf_counter() - t_start:.0f} s")
     prior = prior_draws(design, spec, draws=reps, seed=seed)
     names = list(prior.data_vars)

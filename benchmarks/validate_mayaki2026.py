@@ -250,42 +250,17 @@ class BayesRunner:
     """
 
     def __init__(self, name: str, full: pd.DataFrame, draws: int, tune: int, chains: int):
-        import nutpie
-
-        from bayes_energy.models import default_config
-        from bayes_energy.models.build import build_model
-        from bayes_energy.models.sample import _kept_vars
-        from bayes_energy.models.spec import ModelSpec
+        from bayes_energy.models.refit import compile_model
 
         self.name, self.draws, self.tune, self.chains = name, draws, tune, chains
-        self.model, overrides = BAYES_VARIANTS[name]
-        self.config = default_config(self.model, overrides)
-        spec = ModelSpec.from_table(full, self.model, self.config)
-        self.levels = spec.config["levels"]
-        t0 = time.perf_counter()
-        model = build_model(spec, full)
-        self.compiled = nutpie.compile_pymc_model(model, var_names=_kept_vars(model))
-        self.compile_s = time.perf_counter() - t0
+        model, overrides = BAYES_VARIANTS[name]
+        self.compiled = compile_model(model, full, overrides)
+        self.compile_s = self.compiled.compile_s
 
     def fit(self, train: pd.DataFrame, seed: int):
-        import nutpie
+        from bayes_energy.models.refit import refit
 
-        from bayes_energy.models.build import model_data
-        from bayes_energy.models.sample import attach_provenance
-
-        try:
-            from bayes_energy.models.sample import TARGET_ACCEPT
-        except ImportError:  # older model code
-            TARGET_ACCEPT = 0.8
-        from bayes_energy.models.spec import ModelSpec
-
-        spec = ModelSpec.from_table(train, self.model, self.config, levels=self.levels)
-        # only the pm.Data the compiled graph uses are shared variables
-        data = {k: v for k, v in model_data(spec, train).items() if k in self.compiled.shared_data}
-        idata = nutpie.sample(self.compiled.with_data(**data), draws=self.draws, tune=self.tune, chains=self.chains,
-                              cores=min(self.chains, 2), seed=seed, progress_bar=False,
-                              low_rank_modified_mass_matrix=True, target_accept=TARGET_ACCEPT)
-        return attach_provenance(idata, spec, train)
+        return refit(self.compiled, train, seed=seed, draws=self.draws, tune=self.tune, chains=self.chains)
 
 
 def fit_diagnostics(idata) -> dict:

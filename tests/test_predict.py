@@ -1,6 +1,5 @@
 """bayes_energy.predict: candidate checks, summaries, intervals that widen off the data, the CLI."""
 
-import importlib
 import subprocess
 import sys
 import warnings
@@ -131,13 +130,12 @@ def test_predict_cli(small_fit, small_fit_dir, tmp_path, isolated_env):
 @pytest.mark.slow
 def test_predict_is_reproducible_whatever_the_thread_count(small_fit, monkeypatch):
     """One seed, one answer: chunks have their own random streams; the summaries are those of the draws."""
-    bp = importlib.import_module("bayes_energy.predict")
 
     idata, table = small_fit
     runs = table.sample(4000, replace=True, random_state=4)  # 3 chunks of 1747 at 300 draws
-    monkeypatch.setattr(bp, "_workers", lambda: 2)
+    monkeypatch.setenv("BAYES_ENERGY_THREADS", "2")
     two, draws = predict(idata, runs, seed=5, return_draws=True)
-    monkeypatch.setattr(bp, "_workers", lambda: 1)
+    monkeypatch.setenv("BAYES_ENERGY_THREADS", "1")
     one = predict(idata, runs, seed=5)
     pd.testing.assert_frame_equal(one, two)
     again = summarize_draws(draws["log_energy_j"], 0.9, "energy_j", log=True)

@@ -45,9 +45,11 @@ Parameters enter on the log scale: ``usl_sigma`` = :math:`\ln\sigma`,
 ``usl_omega`` = :math:`\ln\omega`,
 ``tp_gain`` = :math:`\ln S_\infty`, ``tp_rate`` = :math:`\ln k`.
 
-Adding a curve: write its function, add a :class:`Curve` to :data:`CURVES`
-(and a label to ``report.CURVE_LABELS``); the spec, the model, predict and
-simulate read the rest from here.
+Adding a curve: write its function and add a :class:`Curve` to :data:`CURVES`
+(its strategies, parameter names, prior means, which parameters the
+covariates move, report labels); the spec, the model, the law, predict,
+simulate and the report read everything from here. That is one file, plus
+its tests, and a refit (saved posteriors name their curve parameters).
 """
 
 from __future__ import annotations
@@ -103,6 +105,8 @@ class Curve:
         Parameters the configuration covariates move by default.
     strategies : tuple of str
         Strategies that use the curve.
+    labels : tuple of str
+        How the report names each parameter (default: its name).
     """
 
     fn: Callable
@@ -110,12 +114,19 @@ class Curve:
     prior_mu: tuple[float, ...]
     moved: tuple[str, ...]
     strategies: tuple[str, ...]
+    labels: tuple[str, ...] = ()
+
+    def label(self, param: str) -> str:
+        """The report's name of ``param``."""
+        return self.labels[self.params.index(param)] if self.labels else param
 
 
 #: Registered curves, in the order of their codes (1, 2, ...; 0 means no curve, single device).
 CURVES = {
-    "usl": Curve(usl_log_eta, ("usl_sigma", "usl_omega"), (-2.0, -1.0), ("usl_omega",), ("ddp", "fsdp")),
-    "saturating": Curve(saturating_log_eta, ("tp_gain", "tp_rate"), (0.0, 0.0), ("tp_gain",), ("tp",)),
+    "usl": Curve(usl_log_eta, ("usl_sigma", "usl_omega"), (-2.0, -1.0), ("usl_omega",), ("ddp", "fsdp"),
+                 ("USL ln σ (contention)", "USL ln ω (distribution overhead)")),
+    "saturating": Curve(saturating_log_eta, ("tp_gain", "tp_rate"), (0.0, 0.0), ("tp_gain",), ("tp",),
+                        ("TP ln S∞ (ceiling)", "TP ln k (rate)")),
 }
 #: All curve parameters, in the order of the model's ``curve_param`` dimension.
 CURVE_PARAMS = tuple(p for c in CURVES.values() for p in c.params)

@@ -90,7 +90,7 @@ def compile_model(spec_or_name: ModelSpec | str, df: pd.DataFrame, config: dict 
     import nutpie
 
     from .build import build_model
-    from .sample import _kept_vars
+    from .sample import kept_vars
 
     t0 = time.perf_counter()
     if isinstance(spec_or_name, ModelSpec):
@@ -105,7 +105,7 @@ def compile_model(spec_or_name: ModelSpec | str, df: pd.DataFrame, config: dict 
         levels = None
     spec = ModelSpec.from_table(df, name, cfg, levels=levels)
     model = build_model(spec, df)
-    compiled = nutpie.compile_pymc_model(model, var_names=_kept_vars(model))
+    compiled = nutpie.compile_pymc_model(model, var_names=kept_vars(model))
     return CompiledModel(name=name, config=cfg, levels=spec.config["levels"], compiled=compiled,
                          compile_s=time.perf_counter() - t0)
 

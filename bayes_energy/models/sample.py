@@ -24,7 +24,7 @@ from .build import build_model
 from .io import table_hash
 from .spec import ModelSpec
 
-__all__ = ["fit", "sample_model", "table_hash", "SAMPLERS", "attach_provenance"]
+__all__ = ["fit", "sample_model", "table_hash", "SAMPLERS", "attach_provenance", "kept_vars"]
 
 #: Samplers: ``nutpie`` (default, numba-compiled NUTS), ``pymc`` (PyMC's NUTS
 #: on the C backend) and ``numba`` (PyMC's NUTS on the numba backend).
@@ -66,7 +66,7 @@ def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = 1000, tu
         import nutpie
 
         if compiled is None:
-            compiled = nutpie.compile_pymc_model(model, var_names=_kept_vars(model))
+            compiled = nutpie.compile_pymc_model(model, var_names=kept_vars(model))
         # the log proxies are strongly collinear inside a cell (ln C, ln M, tokens all
         # follow model size): a low-rank-modified mass matrix adapts to that and cut
         # leapfrog steps per draw by ~3x in benchmarks/bench_samplers.py
@@ -85,11 +85,12 @@ def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = 1000, tu
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=min(chains, 2), random_seed=seed,
-                          progressbar=progress, var_names=_kept_vars(model), target_accept=target_accept, **kwargs)
+                          progressbar=progress, var_names=kept_vars(model), target_accept=target_accept, **kwargs)
     return idata
 
 
-def _kept_vars(model: pm.Model) -> list[str]:
+def kept_vars(model: pm.Model) -> list[str]:
+    """The variables a fit keeps: free variables and deterministics, less the per-run ones (``DROP_VARS``)."""
     return [v.name for v in model.free_RVs + model.deterministics if v.name not in DROP_VARS]
 
 
