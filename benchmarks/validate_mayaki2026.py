@@ -31,7 +31,7 @@ on A100 x GPT and 2080 Ti x BERT): the case crossed pooling is for.
 pooling, for comparison.
 
 Metrics per split: ``r2``, ``rmse``, ``slope`` (of observed on predicted),
-``cov50``/``cov80``/``cov95``, ``hw95`` (multiplicative half-width of the 95 %
+``cov50``/``cov80``/``cov90``/``cov95``, ``hw90``/``hw95`` (multiplicative half-width of the 90 / 95 %
 interval: e^q for conformal, median over rows of exp((q97.5 - q2.5)/2) for
 the posterior predictive), ``mlpd``, ``divergences``, ``max_rhat``. The table
 holds their median and interquartile range over splits.
@@ -64,7 +64,7 @@ from bayes_energy.models.ols import fit_ols  # noqa: E402
 from bayes_energy.models.spec import design_frame  # noqa: E402
 
 SETTINGS = ("bert", "gpt", "pooled")
-LEVELS = (0.5, 0.8, 0.95)
+LEVELS = (0.5, 0.8, 0.9, 0.95)
 #: Bayesian variants: label -> (model, config overrides). ``hierarchical_crossed`` is the
 #: hierarchical model with crossed pooling (hardware + family + interaction effects per
 #: cell); run it with ``--models hierarchical_crossed``. ``hierarchical_shared_curves`` shares
@@ -83,7 +83,7 @@ EXTRA_ONLY = ("hierarchical_population_hw",)
 BAYES_MODELS = ("pooled", "hierarchical")
 #: Extra settings: a hardware type left out; a hardware x family cell left out.
 EXTRA_SETTINGS = ("new_hw", "new_cell")
-METRICS = ("r2", "rmse", "slope", "cov50", "cov80", "cov95", "hw95", "mlpd", "eta_rmse", "divergences", "max_rhat")
+METRICS = ("r2", "rmse", "slope", "cov50", "cov80", "cov90", "hw90", "cov95", "hw95", "mlpd", "eta_rmse", "divergences", "max_rhat")
 GB_FEATURES = ("log_compute", "log_memory", "log_params", "log_tokens", "log_seq_len", "log_batch", "log_n_gpus")
 
 
@@ -168,8 +168,8 @@ def conformal_metrics(y: np.ndarray, centre: np.ndarray, resid_cal: np.ndarray) 
     for lv in LEVELS:
         q = conformal_q(resid_cal, lv)
         out[f"cov{round(lv * 100)}"] = float(np.mean(np.abs(y - centre) <= q))
-        if lv == 0.95:
-            out["hw95"] = float(np.exp(q))
+        if lv in (0.9, 0.95):
+            out[f"hw{round(lv * 100)}"] = float(np.exp(q))
     return out
 
 
@@ -179,8 +179,8 @@ def draw_metrics(y: np.ndarray, draws: np.ndarray) -> dict:
     for lv in LEVELS:
         lo, hi = np.quantile(draws, [(1 - lv) / 2, (1 + lv) / 2], axis=0)
         out[f"cov{round(lv * 100)}"] = float(np.mean((y >= lo) & (y <= hi)))
-        if lv == 0.95:
-            out["hw95"] = float(np.median(np.exp((hi - lo) / 2)))
+        if lv in (0.9, 0.95):
+            out[f"hw{round(lv * 100)}"] = float(np.median(np.exp((hi - lo) / 2)))
     return out
 
 
@@ -360,7 +360,7 @@ def markdown_table(summary: pd.DataFrame) -> str:
             return f"{r[m]:.0f} [{r[m + '_q25']:.0f}, {r[m + '_q75']:.0f}]"
         return f"{r[m]:.{d}f} [{r[m + '_q25']:.{d}f}, {r[m + '_q75']:.{d}f}]"
 
-    digits = {"r2": 3, "rmse": 3, "slope": 2, "cov50": 2, "cov80": 2, "cov95": 2, "hw95": 2, "mlpd": 2, "eta_rmse": 3,
+    digits = {"r2": 3, "rmse": 3, "slope": 2, "cov50": 2, "cov80": 2, "cov90": 2, "hw90": 2, "cov95": 2, "hw95": 2, "mlpd": 2, "eta_rmse": 3,
               "divergences": 0, "max_rhat": 3}
     tab = pd.DataFrame({"setting": summary["setting"], "model": summary["model"], "splits": summary["n_splits"]})
     for m, d in digits.items():

@@ -43,16 +43,19 @@ def test_harness_quick_table(tmp_path):
         assert set(summary.loc[summary["setting"] == setting, "model"]) == models
     for setting in ("new_hw", "new_cell"):  # leave-one-hardware / leave-one-cell out
         assert {"ols_post", "hierarchical_pre"} <= set(summary.loc[summary["setting"] == setting, "model"])
-    for col in ("r2", "r2_q25", "r2_q75", "rmse", "slope", "cov50", "cov80", "cov95", "hw95", "mlpd",
+    for col in ("r2", "r2_q25", "r2_q75", "rmse", "slope", "cov50", "cov80", "cov90", "cov95", "hw90", "hw95", "mlpd",
                 "divergences", "max_rhat"):
         assert col in summary.columns
     grouped = summary[summary["setting"].isin(["bert", "gpt", "pooled"])]
     assert (grouped["r2"] > 0.7).all() and (grouped["r2"] <= 1).all()
     assert (grouped["rmse"] > 0).all() and (grouped["rmse"] < 0.6).all()
     assert grouped["slope"].between(0.7, 1.3).all()
-    for c in ("cov50", "cov80", "cov95"):
+    for c in ("cov50", "cov80", "cov90", "cov95"):
         assert summary[c].between(0, 1).all()
     assert (grouped["cov50"] <= grouped["cov95"] + 1e-9).all()
+    # nested central intervals: coverage grows with the level, and so does the width
+    assert (summary["cov80"] <= summary["cov90"] + 1e-9).all() and (summary["cov90"] <= summary["cov95"] + 1e-9).all()
+    assert (summary["hw90"] <= summary["hw95"]).all()  # equal for a conformal quantile of few calibration rows
     assert (grouped["cov95"] > 0.75).all()
     assert (summary["hw95"] > 1).all()
     bayes = summary[summary["model"].str.startswith(("pooled", "hierarchical"))]
