@@ -682,13 +682,12 @@ def plan(idata, workload: Workload | Mapping, strategies: Sequence[str] | None =
     from .models.io import posterior_of
     from .predict import predict_draws
 
-    idata = posterior_of(idata)  # the spec and training table, derived once for every step below
     if strategies is None:
         strategies = _known_levels(idata, "strategy")
     known_hw = _known_levels(idata, "hardware")
     hardware = resolve_hardware(list(hardware) if hardware is not None else known_hw, known_hw,
                                 allow_unknown=allow_unknown_hardware,
-                                by_specs=bool(idata.spec.config.get("spec_placement")))
+                                by_specs=bool(posterior_of(idata).spec.config.get("spec_placement")))
     if deadline_s is not None and not (np.isfinite(deadline_s) and deadline_s > 0):
         raise ValueError(f"deadline_s must be a positive number of seconds, got {deadline_s}")
     if energy_budget_j is not None and not (np.isfinite(energy_budget_j) and energy_budget_j > 0):

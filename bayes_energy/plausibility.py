@@ -100,8 +100,8 @@ def check_plausibility(idata, n_gpus=(2, 4, 8), configs: pd.DataFrame | None = N
     from .models.io import PosteriorFileError, posterior_of
     from .predict import NewLevelWarning, predict_draws
 
-    idata = posterior_of(idata)
-    spec, train = idata.spec, idata.table
+    post = posterior_of(idata)
+    spec, train = post.spec, post.table
     if train is None:
         raise PosteriorFileError("the posterior has no training_table group: the checks compare with the measured runs")
     eff = train.loc[train["n_gpus"] > 1, "efficiency"].to_numpy(float)

@@ -37,10 +37,9 @@ import numpy as np
 import pandas as pd
 
 from . import DEFAULT_PROB
-from .schema import KWH_TO_J
 from .models.predictive import energy_time_draws, log_eta_draws
 from .models.spec import ModelSpec, by_coef, cell_labels, group_keys
-from .schema import POST_RUN, SchemaError, validate_configs
+from .schema import KWH_TO_J, POST_RUN, SchemaError, validate_configs
 
 __all__ = ["predict", "predict_draws", "check_candidates", "unknown_hardware", "PRE_RUN_COLUMNS",
            "NewLevelWarning", "SpecPlacementWarning", "ExtrapolationWarning", "placement"]

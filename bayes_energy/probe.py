@@ -244,7 +244,7 @@ def _law(idata, rows: pd.DataFrame, n_draws: int | None, rng: np.random.Generato
     carry it to ln energy and ln time (the law is linear in ln efficiency).
     """
     from .models.law import ETA_COLUMN
-    from .models.predictive import energy_time_draws, log_eta_draws, noise_scale, scatter_rows
+    from .models.predictive import energy_time_draws, eta_scale, log_eta_draws, noise_scale, scatter_rows
     from .predict import NewLevelWarning, design_and_posterior
 
     with warnings.catch_warnings():
@@ -256,12 +256,11 @@ def _law(idata, rows: pd.DataFrame, n_draws: int | None, rng: np.random.Generato
     n = len(rows)
     eff = rows["efficiency"].to_numpy(float)
     log_eta = log_eta_draws(P, A, efficiency=eff)
-    curve_row = np.zeros(n, dtype=bool)
+    curve_row = np.zeros(n, dtype=bool)  # efficiency from the curves: multi-device and not measured
     curve_row[scatter_rows(A)] = True
     curve_row &= ~np.isfinite(eff)
     sd = np.zeros((S, n))
-    if curve_row.any():
-        sd[:, curve_row] = P["eta_sigma"][:, np.maximum(A["strategy_idx"][curve_row] - 1, 0)]
+    sd[:, curve_row] = eta_scale(P, A, curve_row)
     mu_e, mu_t = energy_time_draws(P, A, log_eta, spec.config["centre"])
     return {
         "mu_e": mu_e, "mu_t": mu_t,
@@ -558,8 +557,7 @@ def probe_update(idata, probe, job: pd.DataFrame, prob: float = DEFAULT_PROB, n_
 
     if not 0 < prob < 1:
         raise ValueError(f"prob must lie in (0, 1), got {prob}")
-    idata = posterior_of(idata)
-    spec = idata.spec
+    spec = posterior_of(idata).spec
     pr = read_probe(probe, source)
     groups = job["group"].to_numpy() if "group" in job.columns else None
     job = check_candidates(job, "job")

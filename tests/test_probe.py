@@ -6,8 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bayes_energy.schema import KWH_TO_J
-from bayes_energy.schema import SchemaError
+from bayes_energy.schema import KWH_TO_J, SchemaError
 
 OFFSET = np.log(1.5)  # the job runs 50 % above what the table measured for its family
 

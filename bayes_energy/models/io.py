@@ -29,8 +29,8 @@ from .. import __version__
 from ..schema import REQUIRED
 from .spec import ModelSpec
 
-__all__ = ["save", "load", "load_posterior", "posterior_of", "Posterior", "load_spec", "training_table", "sample_array", "table_hash", "PosteriorFileError",
-           "VersionWarning"]
+__all__ = ["save", "load", "load_posterior", "posterior_of", "Posterior", "load_spec", "training_table",
+           "sample_array", "table_hash", "PosteriorFileError", "VersionWarning"]
 
 
 class PosteriorFileError(ValueError):

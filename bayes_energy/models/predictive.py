@@ -37,7 +37,7 @@ import numpy as np
 
 from .law import block_mean, log_eta_from_curves
 
-__all__ = ["scatter_rows", "log_eta_draws", "noise_scale", "energy_time_draws", "energy_loc_scale", "rng_noise"]
+__all__ = ["scatter_rows", "eta_scale", "log_eta_draws", "noise_scale", "energy_time_draws", "energy_loc_scale", "rng_noise"]
 
 Noise = Callable[[str, int], np.ndarray]
 
@@ -45,6 +45,11 @@ Noise = Callable[[str, int], np.ndarray]
 def scatter_rows(A: Mapping) -> np.ndarray:
     """Positions of the runs whose efficiency comes from a speedup curve (multi-device, parallel strategy)."""
     return np.flatnonzero((A["curve"] > 0) & (A["n_gpus"] > 1))
+
+
+def eta_scale(P: Mapping, A: Mapping, rows: np.ndarray) -> np.ndarray:
+    """The speedup curves' scatter ``eta_sigma`` (sample, row) of the runs at ``rows`` (positions or a mask)."""
+    return P["eta_sigma"][:, np.maximum(A["strategy_idx"][rows] - 1, 0)]
 
 
 def log_eta_draws(P: Mapping, A: Mapping, noise: Noise | None = None, efficiency: np.ndarray | None = None) -> np.ndarray:
@@ -64,8 +69,7 @@ def log_eta_draws(P: Mapping, A: Mapping, noise: Noise | None = None, efficiency
     if noise is not None:
         rows = scatter_rows(A)
         if rows.size:
-            sd = P["eta_sigma"][:, np.maximum(A["strategy_idx"][rows] - 1, 0)]
-            log_eta[:, rows] += sd * noise("eta", rows.size)
+            log_eta[:, rows] += eta_scale(P, A, rows) * noise("eta", rows.size)
     if efficiency is not None:
         known = np.isfinite(efficiency)
         log_eta[:, known] = np.log(efficiency[known]).astype(log_eta.dtype)

@@ -29,7 +29,7 @@ from .meters import (
     RAPLMonitor,
     ShortWindowWarning,
 )
-from .plan import SweepPlan, PlanError, RunConfig, load_plan
+from .plan import PlanError, RunConfig, SweepPlan, load_plan
 
 _LAZY = {
     "measure_job": "job",
