@@ -73,7 +73,10 @@ COEF_LABELS = {
     "log_seq_len": "ln sequence length",
     "log_batch": "ln batch",
     "log_n_gpus": "ln devices",
-}
+    "log_params": "ln parameters",
+} | {f"sq_{f}": f"({lab})², second order" for f, lab in (("log_compute", "ln compute"), ("log_memory", "ln memory"),
+                                                        ("log_params", "ln parameters"), ("log_tokens", "ln tokens"),
+                                                        ("log_seq_len", "ln sequence length"), ("log_batch", "ln batch"))}
 #: Report names of the speedup-curve parameters, from their declarations (models/curves.py).
 CURVE_LABELS = {p: c.label(p) for c in CURVES.values() for p in c.params}
 PAGE_SIZE = (11.69, 8.27)  # A4 landscape, inches

@@ -39,6 +39,33 @@ def test_spec_coords_and_centring(spec, table):
     assert abs(A["log_energy"].mean()) < 1e-9
 
 
+def test_second_order_terms_are_standardised_squares(spec, table):
+    """The default's second-order terms: z² centred on the training table, 0 for a feature it holds constant."""
+    from bayes_energy.models.spec import SECOND_ORDER_FEATURES, design_frame
+
+    coefs = spec.coords["coef"]
+    assert coefs[-len(SECOND_ORDER_FEATURES):] == [f"sq_{f}" for f in SECOND_ORDER_FEATURES]
+    assert "log_params" in coefs and "sq_log_n_gpus" not in coefs  # device counts are the curves' business
+    A = spec.arrays(table)
+    x = design_frame(table)
+    for f in SECOND_ORDER_FEATURES:
+        col = A["X"][:, coefs.index(f"sq_{f}")]
+        z = (x[f] - x[f].mean()) / x[f].std(ddof=0)
+        np.testing.assert_allclose(col, z**2 - 1.0, atol=1e-9)
+        assert abs(col.mean()) < 1e-9
+    # one sequence length only: its square is 0 on the training rows (no coefficient to learn there),
+    # and a candidate with another sequence length gets the prior's share of it
+    one = table[table["seq_len"] == table["seq_len"].iloc[0]].reset_index(drop=True)
+    s1 = ModelSpec.from_table(one, "hierarchical", default_config("hierarchical"))
+    j = s1.coords["coef"].index("sq_log_seq_len")
+    assert np.all(s1.arrays(one)["X"][:, j] == 0.0)
+    other = one.head(1).assign(seq_len=int(one["seq_len"].iloc[0]) * 2)
+    np.testing.assert_allclose(s1.arrays(other)["X"][0, j], np.log(2.0) ** 2)
+    # the first-order model is still one config key away
+    s0 = ModelSpec.from_table(table, "hierarchical", default_config("hierarchical") | {"second_order": False})
+    assert not any(c.startswith("sq_") or c == "log_params" for c in s0.coords["coef"])
+
+
 def test_unknown_levels_are_refused_unless_allowed(spec, table):
     new = table.head(2).assign(hardware="NVIDIA H100")
     with pytest.raises(ValueError, match="unknown cell level"):

@@ -95,6 +95,46 @@ def _cell_effects(name, mu, tau, dims, parents=None):
     return pm.Normal(name, mu=mu + a[hw_idx] + b[fam_idx], sigma=tau * np.sqrt(s_cell), dims=dims)
 
 
+#: Noise scale (ln J) assumed when whitening a cell's design (``config["whiten"]``); any positive value gives
+#: the same posterior, this one is near the fitted noise, so that the whitened coordinates are near unit scale.
+WHITEN_NOISE = 0.1
+
+
+def cell_whitening(values: dict, tau: np.ndarray, ncell: int) -> np.ndarray:
+    r"""Per-cell whitening matrices :math:`W_c` (cell, coef, coef), lower triangular.
+
+    :math:`W_c W_c^\top = (\operatorname{diag}\tau^{-2} + X_c^\top X_c / s^2)^{-1}`, the
+    covariance of the cell's coefficients under the prior and a Gaussian likelihood of noise
+    :math:`s` (:data:`WHITEN_NOISE`): the standard QR trick (Stan's manual) with the prior
+    included, so that a coefficient direction the cell's data do not inform keeps its prior
+    scale. The matrices are fixed at build time from the training table; a refit on other rows
+    (``with_data``) keeps them, which changes the geometry a little, not the posterior.
+    """
+    X = values["X"]
+    out = np.empty((ncell, X.shape[1], X.shape[1]))
+    for c in range(ncell):
+        Xc = X[values["cell_idx"] == c]
+        prec = np.diag(tau ** -2.0) + Xc.T @ Xc / WHITEN_NOISE**2
+        out[c] = np.linalg.cholesky(np.linalg.inv(prec))
+    return out
+
+
+def _whitened_cell_effects(name, mu, tau, W):
+    r"""Cell coefficients :math:`\beta_c \sim \mathcal N(\mu, \operatorname{diag}\tau^2)` sampled as
+    :math:`\gamma_c = W_c^{-1}\beta_c` (``{name}_white``), whose posterior is close to isotropic.
+
+    Centred and generative (prior predictive draws work): :math:`\gamma_c \sim
+    \mathcal N(W_c^{-1}\mu, W_c^{-1}\operatorname{diag}\tau^2 W_c^{-\top})`; ``name`` is the
+    deterministic :math:`W_c\gamma_c`.
+    """
+    Winv = np.linalg.inv(W)  # (cell, coef, coef)
+    cov = Winv @ (tau[None, :, None] ** 2 * np.swapaxes(Winv, -1, -2))
+    chol = np.linalg.cholesky(cov)
+    gamma = pm.MvNormal(f"{name}_white", mu=pt.matmul(pt.as_tensor(Winv), mu[:, None])[..., 0], chol=chol,
+                        dims=("cell", "coef"))
+    return pm.Deterministic(name, pt.matmul(pt.as_tensor(W), gamma[..., None])[..., 0], dims=("cell", "coef"))
+
+
 def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
     """Make the PyMC model for a spec and its training table.
 
@@ -119,6 +159,8 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
     values = model_data(spec, df)
     coords = dict(spec.coords)
     parents = (*spec.cell_parents(), tuple(pri["cell_shares"])) if partial and cfg.get("crossed") else None
+    whitening = cell_whitening(values, by_coef(pri["tau_coef"], coords["coef"]), len(coords["cell"])) \
+        if partial and cfg.get("whiten") else None
     with pm.Model(coords=coords) as model:
         D = {k: pm.Data(k, v, dims=_dims(k)) for k, v in values.items()}
         A = dict(D)
@@ -127,7 +169,10 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         for b in BLOCKS:
             mu = pm.Normal(f"{b}_mu", mu=by_coef(pri[f"{b}_mu_mu"], coords["coef"]),
                            sigma=by_coef(pri[f"{b}_mu_sigma"], coords["coef"]), dims="coef")
-            if partial:
+            if partial and cfg.get("whiten") and parents is None:
+                tau = by_coef(pri["tau_coef"], coords["coef"])
+                P[f"{b}_beta"] = _whitened_cell_effects(f"{b}_beta", mu, tau, whitening)
+            elif partial:
                 tau = by_coef(pri["tau_coef"], coords["coef"])
                 P[f"{b}_beta"] = _cell_effects(f"{b}_beta", mu[None, :], tau[None, :], ("cell", "coef"), parents)
             else:
@@ -187,14 +232,14 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         noise_dims = "strategy" if cfg["noise_by"] == "strategy" else None
         mu_E = block_mean(P, "E", A, log_eta_used, pt)
         sigma_E = pm.HalfNormal("E_sigma", sigma=pri["sigma"], dims=noise_dims)
-        nu_E = pm.Gamma("E_nu", alpha=pri["nu_alpha"], beta=pri["nu_beta"])
+        nu_E = pm.Deterministic("E_nu", pri.get("nu_min", 0.0) + pm.Gamma("E_nu_excess", alpha=pri["nu_alpha"], beta=pri["nu_beta"]))
         sE = sigma_E[A["strategy_idx"]] if noise_dims else sigma_E
         pm.StudentT("log_energy", nu=nu_E, mu=mu_E, sigma=sE, observed=A["log_energy_obs"], dims="run")
 
         lam = pm.Normal("T_on_E_resid", 0.0, pri["time_on_energy_sigma"])
         mu_T = block_mean(P, "T", A, log_eta_used, pt) + lam * (A["log_energy_obs"] - mu_E)
         sigma_T = pm.HalfNormal("T_sigma", sigma=pri["sigma"], dims=noise_dims)
-        nu_T = pm.Gamma("T_nu", alpha=pri["nu_alpha"], beta=pri["nu_beta"])
+        nu_T = pm.Deterministic("T_nu", pri.get("nu_min", 0.0) + pm.Gamma("T_nu_excess", alpha=pri["nu_alpha"], beta=pri["nu_beta"]))
         sT = sigma_T[A["strategy_idx"]] if noise_dims else sigma_T
         pm.StudentT("log_time", nu=nu_T, mu=mu_T, sigma=sT, observed=A["log_time_obs"], dims="run")
     return model

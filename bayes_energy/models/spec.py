@@ -25,12 +25,18 @@ from ..proxies import add_proxies
 from ..schema import STRATEGIES
 from .curves import CURVE_OF, CURVE_PARAMS, CURVES
 
-__all__ = ["ModelSpec", "by_coef", "LAW_FEATURES", "EXTRA_FEATURES", "CURVE_FEATURES", "design_frame", "CURVE_OF", "cell_labels"]
+__all__ = ["ModelSpec", "by_coef", "LAW_FEATURES", "EXTRA_FEATURES", "SECOND_ORDER_FEATURES", "CURVE_FEATURES", "design_frame", "CURVE_OF", "cell_labels"]
 
 #: Features of the paper's law, in order (the slopes are alpha_C, alpha_M, alpha_eta).
 LAW_FEATURES = ("log_compute", "log_memory", "log_eta")
 #: Extra features of the hierarchical model (corrections the law leaves out).
 EXTRA_FEATURES = ("log_tokens", "log_seq_len", "log_batch", "log_n_gpus")
+#: Second-order terms (``config["second_order"]``): ``log_params`` enters linearly and each of these
+#: features also as ``sq_<feature>`` = z² - mean(z²), z its standardised value (so 0 on average over
+#: the training table, and 0 everywhere there for a feature the table holds constant).
+#: The device count is left out: its dependence is the speedup curves' (physics), and a square in
+#: ln N would extrapolate to unmeasured device counts without any curve behind it.
+SECOND_ORDER_FEATURES = ("log_compute", "log_memory", "log_params", "log_tokens", "log_seq_len", "log_batch")
 #: Covariates of the speedup-curve parameters (bigger models parallelise differently).
 CURVE_FEATURES = ("log_params", "log_tokens", "log_seq_len", "log_batch")
 #: Curve parameters the covariates move by default (each curve's ``moved``, models.curves);
@@ -147,12 +153,15 @@ class ModelSpec:
         }
         if "single" not in cfg["levels"]["strategy"]:
             cfg["levels"]["strategy"] = ["single"] + cfg["levels"]["strategy"]
-        feats = set(LAW_FEATURES) | set(EXTRA_FEATURES) | set(CURVE_FEATURES)
+        feats = set(LAW_FEATURES) | set(EXTRA_FEATURES) | set(CURVE_FEATURES) | set(SECOND_ORDER_FEATURES)
         cfg["centre"] = {f: float(np.nanmean(x[f])) for f in sorted(feats) if f != "log_eta"}
         cfg["centre"]["log_eta"] = 0.0
         # a constant feature has a std of rounding noise (~1e-16), not 0: dividing by it
         # turned 1-ulp differences from the centre into |Z| ~ 1e15 (inf efficiency pre-run)
-        cfg["scale"] = {f: (sd if sd > 1e-8 else 1.0) for f in CURVE_FEATURES for sd in [float(np.nanstd(x[f]))]}
+        cfg["scale"] = {f: (sd if sd > 1e-8 else 1.0) for f in sorted(set(CURVE_FEATURES) | set(SECOND_ORDER_FEATURES))
+                        for sd in [float(np.nanstd(x[f]))]}
+        for f in SECOND_ORDER_FEATURES:  # centre of z²: 1, or 0 for a feature constant in the table
+            cfg["centre"][f"sq_{f}"] = float(np.nanmean(((x[f] - cfg["centre"][f]) / cfg["scale"][f]) ** 2))
         y = np.log(df["energy_j"].to_numpy(float))
         t = np.log(df["time_s"].to_numpy(float))
         cfg["centre"]["log_energy"] = float(np.mean(y))
@@ -176,6 +185,8 @@ class ModelSpec:
     def energy_features(self) -> list[str]:
         """Features of the energy and time blocks (intercept first)."""
         extra = list(EXTRA_FEATURES) if self.config.get("extra_features", False) else []
+        if self.config.get("second_order", False):
+            extra += ["log_params"] + [f"sq_{f}" for f in SECOND_ORDER_FEATURES]
         return ["intercept", *LAW_FEATURES, *extra]
 
     @property
@@ -238,9 +249,12 @@ class ModelSpec:
         x = design_frame(df)
         c = self.config["centre"]
         s = self.config["scale"]
-        X = np.column_stack(
-            [np.ones(len(df))] + [x[f].to_numpy() - c[f] for f in self.energy_features[1:]]
-        )
+        def column(f):
+            if f.startswith("sq_"):  # second-order term: z² centred, z standardised on the training table
+                return ((x[f[3:]].to_numpy() - c[f[3:]]) / s[f[3:]]) ** 2 - c[f]
+            return x[f].to_numpy() - c[f]
+
+        X = np.column_stack([np.ones(len(df))] + [column(f) for f in self.energy_features[1:]])
         X = np.nan_to_num(X, nan=0.0)  # unknown efficiency: the law takes it from the curves
         Z = np.column_stack([(x[f].to_numpy() - c[f]) / s[f] for f in CURVE_FEATURES])
         strat = df["strategy"].astype(str)
