@@ -76,7 +76,8 @@ BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {})
                   "hierarchical_wide_curves": ("hierarchical", {"priors": {"tau_curve_beta": 0.5}}),
                   "hierarchical_curves_all": ("hierarchical", {"curve_covariates_on": ["usl_sigma", "usl_omega",
                                                                                        "tp_gain", "tp_rate"]}),
-                  "hierarchical_population_hw": ("hierarchical", {"spec_placement": False})}
+                  "hierarchical_population_hw": ("hierarchical", {"spec_placement": False}),
+                  "hierarchical_first_order": ("hierarchical", {"second_order": False})}
 #: Variants that differ from the default only for hardware x family cells without training rows: run on
 #: the extra settings only.
 EXTRA_ONLY = ("hierarchical_population_hw",)
