@@ -587,9 +587,10 @@ def _page_device_count(pdf, f: _Fit) -> None:
     df = f.table
     nmax = int(max(8, df["n_gpus"].max()))
     fig = _page(pdf, PAGE_TITLES[6], "Pre-run predictions for each cell's most thoroughly measured workload (its configuration "
-                f"family): median and central {f.prob:g} predictive band per strategy; points: the measured runs of that workload. "
-                "Beyond the measured device counts the band is the speedup curves' extrapolation.")
-    gs = fig.add_gridspec(2, max(len(cells), 1), left=0.07, right=0.97, top=0.8, bottom=0.08, hspace=0.35, wspace=0.25)
+                f"family) at its single-device token count: median and central {f.prob:g} predictive band per strategy; "
+                "points: its measured runs at their own token counts (weak scaling gives more devices more tokens), open bars: "
+                "their pre-run predictions. Beyond the measured device counts the band is the curves' extrapolation.")
+    gs = fig.add_gridspec(2, max(len(cells), 1), left=0.07, right=0.97, top=0.77, bottom=0.08, hspace=0.35, wspace=0.25)
     for j, cell in enumerate(cells):
         rows = representative_workload(f, cell)
         base = rows.iloc[[0]].drop(columns=[c for c in ("strategy", "n_gpus") if c in rows.columns])
@@ -603,6 +604,7 @@ def _page_device_count(pdf, f: _Fit) -> None:
         cands["tokens"] = float(rows.loc[rows["strategy"] == "single", "tokens"].mean()) if (rows["strategy"] == "single").any() \
             else float(rows["tokens"].mean())
         draws = predict_draws(f.idata, cands, seed=7)
+        own = predict_draws(f.idata, rows.reset_index(drop=True), seed=7)  # each measured run at its own tokens
         r0 = rows.iloc[0]
         cell_rows = df[cell_labels(df) == cell]
         measured = set(cell_rows["strategy"])
@@ -621,9 +623,14 @@ def _page_device_count(pdf, f: _Fit) -> None:
                     ax.fill_between(x, lo[m], hi[m], color=col, alpha=0.18 if s in measured else 0.08, lw=0)
                     ax.plot(x, med[m], color=col, lw=1.5, ls="-" if s in measured else ":",
                             label=s if s in measured else f"{s} (not measured here)")
-                obs = rows[rows["strategy"] == s]
+                mo = (rows["strategy"] == s).to_numpy()
+                obs = rows[mo]
                 y = obs["energy_j"] * scale if var == "log_energy_j" else obs["time_s"]
                 ax.scatter(obs["n_gpus"], y, s=16, color=col, edgecolor="k", lw=0.5, zorder=4)
+                if s != "single" and mo.any():
+                    q = np.quantile(np.exp(own[var][:, mo]) * scale, [(1 - f.prob) / 2, 0.5, (1 + f.prob) / 2], axis=0)
+                    ax.errorbar(obs["n_gpus"].to_numpy() * 1.04, q[1], yerr=[q[1] - q[0], q[2] - q[1]], fmt="o", mfc="none",
+                                color=col, ms=4, capsize=2, lw=0.8, zorder=3)
             ax.set_yscale("log")
             ax.set_xticks(range(1, nmax + 1))
             ax.tick_params(labelsize=8)
