@@ -44,7 +44,7 @@ from . import DEFAULT_PROB, __version__
 from .cli import OutputError, Parser, check_output_file, fail, plain_warnings, write_file
 from .models.curves import CURVES
 from .models.io import sample_array
-from .models.spec import cell_labels
+from .models.spec import SECOND_ORDER_FEATURES, cell_labels
 
 __all__ = ["write_report", "coverage", "PAGE_TITLES", "COEF_LABELS"]
 
@@ -74,9 +74,9 @@ COEF_LABELS = {
     "log_batch": "ln batch",
     "log_n_gpus": "ln devices",
     "log_params": "ln parameters",
-} | {f"sq_{f}": f"({lab})², second order" for f, lab in (("log_compute", "ln compute"), ("log_memory", "ln memory"),
-                                                        ("log_params", "ln parameters"), ("log_tokens", "ln tokens"),
-                                                        ("log_seq_len", "ln sequence length"), ("log_batch", "ln batch"))}
+}
+COEF_LABELS |= {f"sq_{f}": f"({ {'log_compute': 'ln compute', 'log_memory': 'ln memory'}.get(f, COEF_LABELS[f])})², second order"
+                for f in SECOND_ORDER_FEATURES}
 #: Report names of the speedup-curve parameters, from their declarations (models/curves.py).
 CURVE_LABELS = {p: c.label(p) for c in CURVES.values() for p in c.params}
 PAGE_SIZE = (11.69, 8.27)  # A4 landscape, inches

@@ -40,10 +40,10 @@ import validate_mayaki2026 as V  # noqa: E402
 from _tables import write_table  # noqa: E402
 
 from bayes_energy.datasets import load_mayaki2026  # noqa: E402
-from bayes_energy.models.spec import design_frame  # noqa: E402
+from bayes_energy.models.spec import SECOND_ORDER_FEATURES, cell_labels, design_frame  # noqa: E402
 
 LINEAR = ["log_compute", "log_memory", "log_tokens", "log_seq_len", "log_batch", "log_n_gpus"]
-SQUARED = ["log_compute", "log_memory", "log_params", "log_tokens", "log_seq_len", "log_batch"]
+SQUARED = list(SECOND_ORDER_FEATURES)
 #: name -> (linear features, squared features, products with ln devices, slopes per strategy)
 CANDIDATES = {
     "linear": (LINEAR, [], [], False),
@@ -69,12 +69,15 @@ def _design(x: pd.DataFrame, strat: np.ndarray, rows, ref, cand) -> np.ndarray:
     return np.column_stack(cols)
 
 
-def score(tab: pd.DataFrame, train: np.ndarray, test: np.ndarray, cand, ridge: float = 1e-3) -> dict:
+def prepare(tab: pd.DataFrame) -> tuple:
+    """What :func:`score` needs of a table, computed once: features, ln J, cell and strategy labels."""
+    return (design_frame(tab), np.log(tab["energy_j"].to_numpy(float)), cell_labels(tab).to_numpy(),
+            tab["strategy"].astype(str).to_numpy())
+
+
+def score(prepared: tuple, train: np.ndarray, test: np.ndarray, cand, ridge: float = 1e-3) -> dict:
     """Held-out R² and RMSE (ln J) of per-cell ridge fits on ``train``, scored on ``test``."""
-    x = design_frame(tab)
-    y = np.log(tab["energy_j"].to_numpy(float))
-    cell = (tab["hardware"].astype(str) + "|" + tab["family"].astype(str)).to_numpy()
-    strat = tab["strategy"].astype(str).to_numpy()
+    x, y, cell, strat = prepared
     pred = np.empty(len(test))
     for c in np.unique(cell[test]):
         a, b = train[cell[train] == c], cell[test] == c
@@ -97,10 +100,11 @@ def main(argv=None) -> int:
     for seed in args.seeds:
         for setting in V.SETTINGS:
             tab = V.setting_table(df, setting)
+            prepared = prepare(tab)
             for k, (otr, _ote) in enumerate(V.grouped_splits(tab, args.splits, seed)):
                 tr, te = V.inner_split(tab, otr, seed)  # inside the outer training part only
                 for name, cand in CANDIDATES.items():
-                    recs.append({"seed": seed, "setting": setting, "split": k, "terms": name, **score(tab, tr, te, cand)})
+                    recs.append({"seed": seed, "setting": setting, "split": k, "terms": name, **score(prepared, tr, te, cand)})
     rows = pd.DataFrame(recs)
     out = (rows.groupby(["seed", "setting", "terms"], sort=False)[["r2", "rmse"]].median().reset_index()
            .rename(columns={"r2": "inner_r2_median", "rmse": "inner_rmse_median"}))

@@ -159,8 +159,8 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
     values = model_data(spec, df)
     coords = dict(spec.coords)
     parents = (*spec.cell_parents(), tuple(pri["cell_shares"])) if partial and cfg.get("crossed") else None
-    whitening = cell_whitening(values, by_coef(pri["tau_coef"], coords["coef"]), len(coords["cell"])) \
-        if partial and cfg.get("whiten") else None
+    tau = by_coef(pri["tau_coef"], coords["coef"])
+    whitening = cell_whitening(values, tau, len(coords["cell"])) if partial and cfg.get("whiten") else None
     with pm.Model(coords=coords) as model:
         D = {k: pm.Data(k, v, dims=_dims(k)) for k, v in values.items()}
         A = dict(D)
@@ -169,11 +169,9 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         for b in BLOCKS:
             mu = pm.Normal(f"{b}_mu", mu=by_coef(pri[f"{b}_mu_mu"], coords["coef"]),
                            sigma=by_coef(pri[f"{b}_mu_sigma"], coords["coef"]), dims="coef")
-            if partial and cfg.get("whiten") and parents is None:
-                tau = by_coef(pri["tau_coef"], coords["coef"])
+            if whitening is not None and parents is None:
                 P[f"{b}_beta"] = _whitened_cell_effects(f"{b}_beta", mu, tau, whitening)
             elif partial:
-                tau = by_coef(pri["tau_coef"], coords["coef"])
                 P[f"{b}_beta"] = _cell_effects(f"{b}_beta", mu[None, :], tau[None, :], ("cell", "coef"), parents)
             else:
                 # complete pooling of the slopes; one free intercept per cell
