@@ -123,8 +123,28 @@ def evaluate_split(idata, train: pd.DataFrame, test: pd.DataFrame, rule: str, se
             for k in range(len(y)):
                 recs.append({"group": g, "strategy": targets["strategy"].iloc[k], "n_gpus": int(targets["n_gpus"].iloc[k]),
                              "method": method, "err": centre[k] - y[k], "covered": bool(lo[k] <= y[k] <= hi[k]),
-                             "hw90": float(np.exp((hi[k] - lo[k]) / 2))})
+                             "hw90": float(np.exp((hi[k] - lo[k]) / 2)),
+                             "probe_resid": float(np.log(res.offset["energy_ratio"]))})
     return pd.DataFrame(recs)
+
+
+def probe_ceiling(rows: pd.DataFrame) -> pd.DataFrame:
+    """How much a family offset could gain at best: the probe's residual against the targets' residuals.
+
+    ``corr``: correlation of the probe window's ln residual against the law
+    (the raw ``energy_ratio``) with the targets' no-probe residuals;
+    ``oracle_ratio``: RMSE after the best single slope on the probe's
+    residual, *fitted on the held-out targets themselves*, over the no-probe
+    RMSE (a bound for any update that moves a family by a multiple of what
+    its probe showed; not a method).
+    """
+    out = []
+    for rule, g in rows[rows["method"] == "no_probe"].groupby("probe"):
+        resid, pr = -g["err"].to_numpy(), g["probe_resid"].to_numpy()
+        slope = float(np.sum(pr * resid) / np.sum(pr**2))
+        out.append({"probe": rule, "corr": float(np.corrcoef(pr, resid)[0, 1]), "oracle_slope": slope,
+                    "oracle_ratio": float(np.sqrt(np.mean((resid - slope * pr) ** 2)) / np.sqrt(np.mean(resid**2)))})
+    return pd.DataFrame(out)
 
 
 def summarise(rows: pd.DataFrame) -> pd.DataFrame:
@@ -181,7 +201,9 @@ def refit_check(df: pd.DataFrame, seed: int, draws: int, tune: int, log=print) -
     return {"family": g, "table": out, "wall_s": wall, "u_tau": float(np.median(base.posterior["E_u_tau"].values))}
 
 
-def run(n_splits: int, seed: int, draws: int, tune: int, chains: int, do_refit: bool, log=print) -> pd.DataFrame:
+def run(n_splits: int, seed: int, draws: int, tune: int, chains: int, do_refit: bool, log=print,
+        posteriors: Path | None = None) -> pd.DataFrame:
+    from bayes_energy.models.io import load, save
     from bayes_energy.predict import NewLevelWarning
 
     t_start = time.perf_counter()
@@ -193,7 +215,16 @@ def run(n_splits: int, seed: int, draws: int, tune: int, chains: int, do_refit: 
     for i, (tr, te) in enumerate(splits):
         t0 = time.perf_counter()
         train, test = df.iloc[tr].reset_index(drop=True), df.iloc[te].reset_index(drop=True)
-        idata = runner.fit(train, seed + i)
+        saved = posteriors / f"split{i}_seed{seed}_{chains}x{draws}.nc" if posteriors else None
+        if saved is not None and saved.exists():  # the same split's fit, saved by an earlier run
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                idata = load(saved)
+        else:
+            idata = runner.fit(train, seed + i)
+            if saved is not None:
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                save(idata, saved)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NewLevelWarning)
             for rule in PROBES:
@@ -202,6 +233,7 @@ def run(n_splits: int, seed: int, draws: int, tune: int, chains: int, do_refit: 
         log(f"split {i + 1}/{len(splits)}: {time.perf_counter() - t0:.1f} s")
     rows = pd.concat(rows, ignore_index=True)
     summary = summarise(rows)
+    ceiling = probe_ceiling(rows)
     RESULTS.mkdir(parents=True, exist_ok=True)
     summary.to_csv(RESULTS / "probe_mayaki2026.csv", index=False, float_format="%.4g")
     rows.to_csv(RESULTS / "probe_mayaki2026_targets.csv", index=False, float_format="%.4g")
@@ -217,12 +249,17 @@ def run(n_splits: int, seed: int, draws: int, tune: int, chains: int, do_refit: 
     wall = time.perf_counter() - t_start
     (RESULTS / "probe_mayaki2026.md").write_text(
         f"# Probe, then predict: Mayaki (2026), {len(splits)} grouped splits (seed {seed}), "
-        f"{chains} chains x {tune} tune + {draws} draws per split, wall {wall:.0f} s\n\n"
+        f"{chains} chains x {tune} tune + {draws} draws per split, wall {wall:.0f} s"
+        + (f" (split fits reused from {posteriors.name}/ where saved)" if posteriors else "") + "\n\n"
         "Held-out families; one probe run each, the family's other runs predicted; ln kWh. `rmse`, `cov90`, `hw90` "
         "over all targets pooled, `*_median_split` the median over splits; `rmse_vs_no_probe` the ratio to the "
         "no-probe RMSE. `linear`: energy per token of the probe x target tokens, interval from the 5-95 % "
         "quantiles of its log error on the training families.\n\n"
-        + markdown(summary) + "\n## By device count of the target\n\n" + markdown(by_n) + refit_md)
+        + markdown(summary)
+        + "\n## What one probe run can teach here\n\n`corr`: the probe's residual against the law with the targets' "
+        "no-probe residuals; `oracle_ratio`: RMSE after the best slope on the probe residual fitted on the held-out "
+        "targets themselves, over the no-probe RMSE (a bound for a family-offset update, not a method).\n\n"
+        + markdown(ceiling) + "\n## By device count of the target\n\n" + markdown(by_n) + refit_md)
     log(f"wrote {RESULTS / 'probe_mayaki2026.csv'} ({wall:.0f} s)")
     return summary
 
@@ -235,9 +272,12 @@ def main(argv=None) -> int:
     p.add_argument("--tune", type=int, default=300)
     p.add_argument("--chains", type=int, default=2)
     p.add_argument("--refit-check", action="store_true", help="also compare update and refit on one family")
+    p.add_argument("--posteriors", type=Path, default=None,
+                   help="folder to save each split's fit in and reuse it from (same split, seed, chains, draws)")
     a = p.parse_args(argv)
     warnings.filterwarnings("ignore", category=FutureWarning)
-    summary = run(a.splits, a.seed, a.draws, a.tune, a.chains, a.refit_check, log=lambda s: print(s, flush=True))
+    summary = run(a.splits, a.seed, a.draws, a.tune, a.chains, a.refit_check, log=lambda s: print(s, flush=True),
+                  posteriors=a.posteriors)
     print(summary.to_string(index=False))
     return 0
 
