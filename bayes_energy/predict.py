@@ -372,7 +372,8 @@ def _prepare(idata, configs: pd.DataFrame, mode: str, n_draws: int | None, seed:
     pools = {  # (sample, pool column)
         "E": rng.standard_t(np.broadcast_to(P["E_nu"][:, None], (S, cols))).astype(_DTYPE),
         "T": rng.standard_t(np.broadcast_to(P["T_nu"][:, None], (S, cols))).astype(_DTYPE),
-        "eta": rng.standard_normal((S, cols), dtype=_DTYPE),
+        "eta": (rng.standard_t(np.broadcast_to(P["eta_nu"][:, None], (S, cols))).astype(_DTYPE) if "eta_nu" in P
+                else rng.standard_normal((S, cols), dtype=_DTYPE)),
     }
     n_chunks = -(-n // width)
     seeds = np.random.SeedSequence(int(rng.integers(2**63))).spawn(n_chunks)

@@ -51,6 +51,7 @@ PARAMS = (
     ("curve_mu", (0,), "curve_mu[usl_sigma]"),
     ("curve_cell", (0, 0), "curve_cell[cell0, usl_sigma]"),
     ("eta_sigma", (0,), "eta_sigma[fsdp]"),
+    ("eta_nu", None, "eta_nu"),
     ("T_mu", (1,), "T_mu[log_compute]"),
     ("T_on_E_resid", None, "T_on_E_resid"),
     ("T_sigma", (1,), "T_sigma[fsdp]"),

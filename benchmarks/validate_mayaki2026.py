@@ -77,7 +77,9 @@ BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {})
                   "hierarchical_curves_all": ("hierarchical", {"curve_covariates_on": ["usl_sigma", "usl_omega",
                                                                                        "tp_gain", "tp_rate"]}),
                   "hierarchical_population_hw": ("hierarchical", {"spec_placement": False}),
-                  "hierarchical_first_order": ("hierarchical", {"second_order": False})}
+                  "hierarchical_first_order": ("hierarchical", {"second_order": False}),
+                  "hierarchical_eta_normal": ("hierarchical", {"eta_noise": "normal"}),
+                  "hierarchical_eta_t": ("hierarchical", {"eta_noise": "student_t"})}
 #: Variants that differ from the default only for hardware x family cells without training rows: run on
 #: the extra settings only.
 EXTRA_ONLY = ("hierarchical_population_hw",)

@@ -186,3 +186,20 @@ def test_crossed_pooling_keeps_the_prior_of_a_cell_and_splits_it_by_hardware_and
     same_hw = [c for c in range(len(hw)) if hw[c] == np.bincount(hw).argmax()]
     r = np.corrcoef(dev[0, :, same_hw[0]], dev[0, :, same_hw[1]])[0, 1]
     assert abs(r - cfg["priors"]["cell_shares"][0]) < 0.1
+
+
+def test_efficiency_scatter_is_student_t_by_default_and_a_bad_choice_is_refused(spec, table):
+    """The measured ln efficiency strays from the curves with heavy tails (eta_noise, chosen by LOO)."""
+    from bayes_energy.models.predictive import rng_noise
+
+    model = build_model(spec, table)
+    assert type(model["log_eta"].owner.op).__name__ == "StudentTRV"
+    assert "eta_nu" in {v.name for v in model.deterministics}
+    normal = build_model(ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", {"eta_noise": "normal"})), table)
+    assert type(normal["log_eta"].owner.op).__name__ == "NormalRV"
+    # the numpy predictive draws the scatter from the same family: heavy tails at nu = 2.5
+    P = {"E_nu": np.full(4, 30.0), "eta_nu": np.full(4, 2.5)}
+    z = rng_noise(P, np.random.default_rng(0))("eta", 50_000)
+    assert np.mean(np.abs(z) > 4) > 0.01  # a normal puts 6e-5 there, t_2.5 about 0.02
+    with pytest.raises(ValueError, match="eta_noise must be 'normal' or 'student_t'"):
+        build_model(ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", {"eta_noise": "laplace"})), table)

@@ -218,13 +218,18 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         eta_curve = pm.Deterministic("log_eta_curve", log_eta_from_curves(P, A, pt), dims="run")
         eta_sigma = pm.HalfNormal("eta_sigma", sigma=pri["eta_sigma"], dims="strategy_multi")
         rows = A["curve_rows"]
-        pm.Normal(
-            "log_eta",
-            mu=eta_curve[rows],
-            sigma=eta_sigma[A["strategy_idx"][rows] - 1],
-            observed=A["log_eta_curve_obs"],
-            dims="curve_run",
-        )
+        eta_kw = dict(mu=eta_curve[rows], sigma=eta_sigma[A["strategy_idx"][rows] - 1],
+                      observed=A["log_eta_curve_obs"], dims="curve_run")
+        eta_noise = cfg.get("eta_noise", "normal")
+        if eta_noise not in ("normal", "student_t"):
+            raise ValueError(f"config eta_noise must be 'normal' or 'student_t', got {eta_noise!r}")
+        if eta_noise == "student_t":
+            # heavy-tailed scatter of the measured efficiency about the curves (hierarchical.DEFAULT_CONFIG)
+            nu_eta = pm.Deterministic("eta_nu", pri.get("nu_min", 0.0)
+                                      + pm.Gamma("eta_nu_excess", alpha=pri["nu_alpha"], beta=pri["nu_beta"]))
+            pm.StudentT("log_eta", nu=nu_eta, **eta_kw)
+        else:
+            pm.Normal("log_eta", **eta_kw)
         log_eta_used = A["eta_known"] * A["X"][:, ETA_COLUMN] + (1.0 - A["eta_known"]) * eta_curve
 
         noise_dims = "strategy" if cfg["noise_by"] == "strategy" else None

@@ -20,11 +20,13 @@ its strategy's speedup curve plus the scatter
     \ln T_r = \mu^T_r + \lambda\,\sigma^E_s t^E_r + \sigma^T_s\,t^T_r
 
 with :math:`t^E \sim t_{\nu_E}`, :math:`t^T \sim t_{\nu_T}`,
-:math:`z^\eta \sim \mathcal N(0, 1)` and :math:`\lambda` = ``T_on_E_resid``.
+:math:`z^\eta \sim t_{\nu_\eta}` (``eta_nu``; standard normal when the model has no ``eta_nu``,
+``"eta_noise": "normal"``) and :math:`\lambda` = ``T_on_E_resid``.
 
 Random variates come from a ``noise(kind, k)`` callable that returns
-standard variates of shape (sample, k): ``"eta"`` standard normal, ``"E"``
-and ``"T"`` standard Student-t with each draw's own degrees of freedom.
+standard variates of shape (sample, k): ``"eta"``, ``"E"`` and ``"T"`` standard
+Student-t with each draw's own degrees of freedom (``"eta"`` standard normal for a model
+without ``eta_nu``).
 :func:`rng_noise` makes one from a numpy generator; ``predict`` passes views
 of pre-drawn pools instead.
 """
@@ -125,7 +127,7 @@ def rng_noise(P: Mapping, rng: np.random.Generator) -> Noise:
     """A ``noise(kind, k)`` source drawing fresh variates from ``rng`` for each call."""
     def noise(kind: str, k: int) -> np.ndarray:
         S = P["E_nu"].shape[0]
-        if kind == "eta":
+        if kind == "eta" and "eta_nu" not in P:
             return rng.standard_normal((S, k))
         return rng.standard_t(np.broadcast_to(P[f"{kind}_nu"][:, None], (S, k)))
 
