@@ -114,7 +114,7 @@ def simulate_from_params(design: pd.DataFrame, spec: ModelSpec, params: dict, se
         Arrays without a sample axis, as the model names them: ``E_beta``
         (cell, coef), ``E_psi`` (strategy), optionally ``E_psi_cell`` and
         ``E_u``; the same for ``T_``; ``curve_cell`` (cell, curve_param),
-        optionally ``curve_beta``; ``eta_sigma`` (strategy_multi);
+        optionally ``curve_beta``; ``eta_sigma`` (strategy_multi), ``eta_nu`` (optional: Student-t scatter, else normal);
         ``E_sigma``, ``T_sigma`` (scalar or per strategy); ``E_nu``, ``T_nu``;
         ``T_on_E_resid``.
     seed : int, optional
@@ -146,7 +146,7 @@ def simulate_from_params(design: pd.DataFrame, spec: ModelSpec, params: dict, se
 
 #: Variables a simulation needs from a prior draw.
 _NEEDED = ("E_beta", "E_psi", "E_psi_cell", "E_u", "T_beta", "T_psi", "T_psi_cell", "curve_cell", "curve_beta",
-           "eta_sigma", "E_sigma", "E_nu", "T_sigma", "T_nu", "T_on_E_resid", "E_mu", "T_mu", "curve_mu")
+           "eta_sigma", "eta_nu", "E_sigma", "E_nu", "T_sigma", "T_nu", "T_on_E_resid", "E_mu", "T_mu", "curve_mu")
 
 
 def prior_draws(design: pd.DataFrame, spec: ModelSpec, draws: int = 1, fixed: dict | None = None,

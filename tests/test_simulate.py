@@ -70,3 +70,13 @@ def test_pooled_model_recovers_known_parameters():
     }
     missed = {k: (lo_hi.tolist(), t) for k, (lo_hi, t) in checks.items() if not lo_hi[0] <= t <= lo_hi[1]}
     assert not missed, f"truths outside the 99% HDI: {missed}"
+
+
+def test_prior_draws_of_the_default_model_carry_its_student_t_efficiency_scatter():
+    """SBC simulates with the model's own scatter: the default's eta_nu is drawn with the other parameters."""
+    from bayes_energy.simulate import design_spec, prior_draws
+
+    design = simulated_design(n_configs=4, n_gpus=(2, 4, 8), seed=0)
+    spec = design_spec(design, "hierarchical")
+    prior = prior_draws(design, spec, draws=2, seed=1)
+    assert "eta_nu" in prior.data_vars and np.all(prior["eta_nu"].values >= 1.0)
