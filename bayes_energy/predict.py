@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from . import DEFAULT_PROB
-from .models.predictive import energy_time_draws, log_eta_draws
+from .models.predictive import energy_time_draws, log_eta_draws, standard_variates
 from .models.spec import ModelSpec, by_coef, cell_labels, group_keys
 from .schema import KWH_TO_J, POST_RUN, SchemaError, validate_configs
 
@@ -369,12 +369,7 @@ def _prepare(idata, configs: pd.DataFrame, mode: str, n_draws: int | None, seed:
     # which leaves every candidate's own distribution unchanged.
     width = max(1, int(min(_CHUNK_ELEMENTS // S, n)))
     cols = min(2 * width, n)  # a chunk takes a window of `width` columns at a random offset
-    pools = {  # (sample, pool column)
-        "E": rng.standard_t(np.broadcast_to(P["E_nu"][:, None], (S, cols))).astype(_DTYPE),
-        "T": rng.standard_t(np.broadcast_to(P["T_nu"][:, None], (S, cols))).astype(_DTYPE),
-        "eta": (rng.standard_t(np.broadcast_to(P["eta_nu"][:, None], (S, cols))).astype(_DTYPE) if "eta_nu" in P
-                else rng.standard_normal((S, cols), dtype=_DTYPE)),
-    }
+    pools = {kind: standard_variates(P, kind, rng, cols, _DTYPE) for kind in ("E", "T", "eta")}  # (sample, pool column)
     n_chunks = -(-n // width)
     seeds = np.random.SeedSequence(int(rng.integers(2**63))).spawn(n_chunks)
     return _Prepared(P=P, A=A, order=order, eff=None if eff is None else eff[order], pools=pools,

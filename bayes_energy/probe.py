@@ -278,7 +278,9 @@ def _law(idata, rows: pd.DataFrame, n_draws: int | None, rng: np.random.Generato
         "slope_t": P["T_beta"][:, A["cell_idx"], ETA_COLUMN],
         "sig_e": np.broadcast_to(noise_scale(P, "E_sigma", A), (S, n)),
         "sig_t": np.broadcast_to(noise_scale(P, "T_sigma", A), (S, n)), "lam": P["T_on_E_resid"][:, None],
-        "nu_e": P["E_nu"], "nu_t": P["T_nu"], "nu_eta": P.get("eta_nu"), "strategy_idx": A["strategy_idx"], "S": S,
+        "nu_e": P["E_nu"], "nu_t": P["T_nu"],
+        "nu": {k: P[k] for k in ("E_nu", "T_nu", "eta_nu") if k in P},  # the noise families (standard_variates)
+        "strategy_idx": A["strategy_idx"], "S": S,
         "kind": curve_row.astype(int),  # 1: efficiency from the curves (multi-device, unmeasured)
         "group_tau": group_tau,
     }
@@ -473,10 +475,6 @@ def _offset_posterior(r: np.ndarray, kind: np.ndarray, scale: np.ndarray, extra_
     return u, v
 
 
-def _t(rng, nu, shape):
-    return rng.standard_t(np.broadcast_to(nu[:, None], shape))
-
-
 def _width(d: np.ndarray, prob: float) -> np.ndarray:
     lo, hi = np.quantile(d, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
     return hi - lo
@@ -572,6 +570,7 @@ def probe_update(idata, probe, job: pd.DataFrame, prob: float = DEFAULT_PROB, n_
     >>> print(res)  # doctest: +SKIP
     """
     from .models.io import posterior_of
+    from .models.predictive import standard_variates
     from .predict import check_candidates
 
     if not 0 < prob < 1:
@@ -616,10 +615,9 @@ def probe_update(idata, probe, job: pd.DataFrame, prob: float = DEFAULT_PROB, n_
         offsets[f"{b}_ratio"] = float(np.exp(np.median(resid.mean(1))))  # the windows against the law, raw
 
     # the job: the same law draws and the same noise variates before and after the probe
-    # efficiency scatter (ln), curve rows only: the model's (Student-t with eta_nu, or normal)
-    z = (rng.standard_normal((S, n_j)) if law["nu_eta"] is None else _t(rng, law["nu_eta"], (S, n_j))) * law["eta_sd"][:, ij]
-    eps_e = _t(rng, law["nu_e"], (S, n_j)) * law["sig_e"][:, ij]
-    eps_t = _t(rng, law["nu_t"], (S, n_j)) * law["sig_t"][:, ij] + lam * eps_e
+    z = standard_variates(law["nu"], "eta", rng, n_j) * law["eta_sd"][:, ij]  # efficiency scatter (ln), curve rows only
+    eps_e = standard_variates(law["nu"], "E", rng, n_j) * law["sig_e"][:, ij]
+    eps_t = standard_variates(law["nu"], "T", rng, n_j) * law["sig_t"][:, ij] + lam * eps_e
     noise_e = law["slope_e"][:, ij] * z + eps_e
     noise_t = law["slope_t"][:, ij] * z + eps_t
     mu_e, mu_t = law["mu_e"][:, ij], law["mu_t"][:, ij]

@@ -51,6 +51,7 @@ def main(argv=None) -> int:
     import arviz as az
 
     from bayes_energy.datasets import load_mayaki2026
+    from bayes_energy.models.diagnostics import diagnose
     from bayes_energy.models.sample import fit
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -68,20 +69,12 @@ def main(argv=None) -> int:
                     seed=a.seed, progress=False)
         wall = time.perf_counter() - t0
         fits[label] = idata
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            rhat = az.rhat(idata.posterior)
-            ess = az.ess(idata.posterior)
-        rec = {"eta_noise": label, "wall_s": wall, "divergences": int(idata.sample_stats["diverging"].sum()),
-               "max_rhat": max(float(np.nanmax(v.values)) for v in rhat.data_vars.values()),
-               "min_ess_bulk": min(float(np.nanmin(v.values)) for v in ess.data_vars.values())}
+        rec = {"eta_noise": label, "wall_s": wall}
         for var in ("log_eta", "log_energy", "log_time"):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                loo = az.loo(idata, var_name=var, pointwise=True)
-            rec[f"elpd_{var}"] = float(loo.elpd_loo)
-            rec[f"se_{var}"] = float(loo.se)
-            rec[f"k_gt_0.7_{var}"] = int((loo.pareto_k.values > 0.7).sum())
+            d = diagnose(idata, loo_var=var)
+            rec.update({k: d[k] for k in ("divergences", "max_rhat", "min_ess_bulk")})
+            rec.update({f"elpd_{var}": d["elpd_loo"], f"se_{var}": d["elpd_loo_se"],
+                        f"k_gt_0.7_{var}": d["n_pareto_k_gt_0_7"]})
         rec.update(residual_shape(idata))
         if "eta_nu" in idata.posterior:
             rec["eta_nu_median"] = float(idata.posterior["eta_nu"].median())

@@ -61,7 +61,11 @@ def test_a_probe_that_agrees_with_the_law_narrows_the_interval(small_fit):
     idata, table = small_fit
     fam = _family(table)
     targets = fam.iloc[2:]
-    res = probe_update(idata, fam.iloc[[1]].drop(columns=["speedup", "efficiency"]), targets, seed=3)
+    # 98 %, not the default 90 %: two targets at 90 % are jointly covered only ~80 % of the time even by a
+    # calibrated update, and the fixture's draws differ between a cold and a warm compile cache
+    # (docs/speed.md): at 90 % the first target sat on the lower edge (0.01210 against 0.01223) on a
+    # fresh-cache fit and inside it on a warm one. At 98 % a calibrated update fails ~4 % of the time.
+    res = probe_update(idata, fam.iloc[[1]].drop(columns=["speedup", "efficiency"]), targets, seed=3, prob=0.98)
     t = res.table
     truth = targets["energy_j"].to_numpy(float) / KWH_TO_J
     assert np.all(t["width_ratio"] < 1.0), t["width_ratio"]

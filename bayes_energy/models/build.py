@@ -135,6 +135,12 @@ def _whitened_cell_effects(name, mu, tau, W):
     return pm.Deterministic(name, pt.matmul(pt.as_tensor(W), gamma[..., None])[..., 0], dims=("cell", "coef"))
 
 
+def _student_nu(block: str, pri: dict):
+    """Student-t degrees of freedom ``<block>_nu`` = ``nu_min`` + Gamma(``nu_alpha``, ``nu_beta``) (every noise term's prior)."""
+    return pm.Deterministic(f"{block}_nu", pri.get("nu_min", 0.0)
+                            + pm.Gamma(f"{block}_nu_excess", alpha=pri["nu_alpha"], beta=pri["nu_beta"]))
+
+
 def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
     """Make the PyMC model for a spec and its training table.
 
@@ -225,9 +231,7 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
             raise ValueError(f"config eta_noise must be 'normal' or 'student_t', got {eta_noise!r}")
         if eta_noise == "student_t":
             # heavy-tailed scatter of the measured efficiency about the curves (hierarchical.DEFAULT_CONFIG)
-            nu_eta = pm.Deterministic("eta_nu", pri.get("nu_min", 0.0)
-                                      + pm.Gamma("eta_nu_excess", alpha=pri["nu_alpha"], beta=pri["nu_beta"]))
-            pm.StudentT("log_eta", nu=nu_eta, **eta_kw)
+            pm.StudentT("log_eta", nu=_student_nu("eta", pri), **eta_kw)
         else:
             pm.Normal("log_eta", **eta_kw)
         log_eta_used = A["eta_known"] * A["X"][:, ETA_COLUMN] + (1.0 - A["eta_known"]) * eta_curve
@@ -235,14 +239,14 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         noise_dims = "strategy" if cfg["noise_by"] == "strategy" else None
         mu_E = block_mean(P, "E", A, log_eta_used, pt)
         sigma_E = pm.HalfNormal("E_sigma", sigma=pri["sigma"], dims=noise_dims)
-        nu_E = pm.Deterministic("E_nu", pri.get("nu_min", 0.0) + pm.Gamma("E_nu_excess", alpha=pri["nu_alpha"], beta=pri["nu_beta"]))
+        nu_E = _student_nu("E", pri)
         sE = sigma_E[A["strategy_idx"]] if noise_dims else sigma_E
         pm.StudentT("log_energy", nu=nu_E, mu=mu_E, sigma=sE, observed=A["log_energy_obs"], dims="run")
 
         lam = pm.Normal("T_on_E_resid", 0.0, pri["time_on_energy_sigma"])
         mu_T = block_mean(P, "T", A, log_eta_used, pt) + lam * (A["log_energy_obs"] - mu_E)
         sigma_T = pm.HalfNormal("T_sigma", sigma=pri["sigma"], dims=noise_dims)
-        nu_T = pm.Deterministic("T_nu", pri.get("nu_min", 0.0) + pm.Gamma("T_nu_excess", alpha=pri["nu_alpha"], beta=pri["nu_beta"]))
+        nu_T = _student_nu("T", pri)
         sT = sigma_T[A["strategy_idx"]] if noise_dims else sigma_T
         pm.StudentT("log_time", nu=nu_T, mu=mu_T, sigma=sT, observed=A["log_time_obs"], dims="run")
     return model

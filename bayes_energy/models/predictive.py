@@ -39,7 +39,7 @@ import numpy as np
 
 from .law import block_mean, log_eta_from_curves
 
-__all__ = ["scatter_rows", "eta_scale", "log_eta_draws", "noise_scale", "energy_time_draws", "energy_loc_scale", "rng_noise"]
+__all__ = ["standard_variates", "scatter_rows", "eta_scale", "log_eta_draws", "noise_scale", "energy_time_draws", "energy_loc_scale", "rng_noise"]
 
 Noise = Callable[[str, int], np.ndarray]
 
@@ -123,12 +123,21 @@ def energy_loc_scale(P: Mapping, A: Mapping, log_eta: np.ndarray, centre: Mappin
     return mu, np.broadcast_to(noise_scale(P, "E_sigma", A), mu.shape), P["E_nu"]
 
 
+def standard_variates(P: Mapping, kind: str, rng: np.random.Generator, k: int, dtype=np.float64) -> np.ndarray:
+    """Standard variates (sample, k) of noise ``kind``: Student-t with each draw's ``<kind>_nu``.
+
+    ``"eta"`` is standard normal for a model without ``eta_nu`` (``"eta_noise": "normal"``);
+    ``"E"`` and ``"T"`` always have their degrees of freedom.
+    """
+    S = P["E_nu"].shape[0]
+    if kind == "eta" and "eta_nu" not in P:
+        return rng.standard_normal((S, k), dtype=dtype)
+    return rng.standard_t(np.broadcast_to(P[f"{kind}_nu"][:, None], (S, k))).astype(dtype, copy=False)
+
+
 def rng_noise(P: Mapping, rng: np.random.Generator) -> Noise:
     """A ``noise(kind, k)`` source drawing fresh variates from ``rng`` for each call."""
     def noise(kind: str, k: int) -> np.ndarray:
-        S = P["E_nu"].shape[0]
-        if kind == "eta" and "eta_nu" not in P:
-            return rng.standard_normal((S, k))
-        return rng.standard_t(np.broadcast_to(P[f"{kind}_nu"][:, None], (S, k)))
+        return standard_variates(P, kind, rng, k)
 
     return noise
