@@ -41,7 +41,7 @@ def run_variant(df, name: str, chains: int, draws: int, tune: int, seed: int) ->
     from bayes_energy.models import default_config
     from bayes_energy.models.build import build_model
     from bayes_energy.models.diagnostics import diagnose
-    from bayes_energy.models.sample import TARGET_ACCEPT, kept_vars
+    from bayes_energy.models.sample import TARGET_ACCEPT, kept_vars, nuts_settings
     from bayes_energy.models.spec import ModelSpec
 
     t0 = time.perf_counter()
@@ -50,7 +50,7 @@ def run_variant(df, name: str, chains: int, draws: int, tune: int, seed: int) ->
     compiled = nutpie.compile_pymc_model(model, var_names=kept_vars(model))
     t1 = time.perf_counter()
     idata = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, seed=seed, cores=min(chains, 2),
-                          progress_bar=False, low_rank_modified_mass_matrix=True, target_accept=TARGET_ACCEPT)
+                          progress_bar=False, **nuts_settings())
     t2 = time.perf_counter()
     d = diagnose(idata)
     st = idata.sample_stats

@@ -85,7 +85,7 @@ def _child(args) -> dict:
     from bayes_energy.models import default_config
     from bayes_energy.models.build import build_model
     from bayes_energy.models.diagnostics import diagnose
-    from bayes_energy.models.sample import TARGET_ACCEPT, kept_vars
+    from bayes_energy.models.sample import TARGET_ACCEPT, kept_vars, nuts_settings
     from bayes_energy.models.spec import ModelSpec
 
     df = load_mayaki2026(args.data)
@@ -101,7 +101,7 @@ def _child(args) -> dict:
         compiled = nutpie.compile_pymc_model(model, var_names=names, **kw)
         t1, c1 = time.perf_counter(), time.process_time()
         idata = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, seed=seed, cores=min(chains, 2),
-                              progress_bar=False, low_rank_modified_mass_matrix=True, target_accept=TARGET_ACCEPT)
+                              progress_bar=False, **nuts_settings())
     else:
         with model:
             if args.child == "numpyro":

@@ -35,6 +35,10 @@ MODELS = {pooled.NAME: pooled.DEFAULT_CONFIG, hierarchical.NAME: hierarchical.DE
 #: Every model the CLI knows, the default last.
 MODEL_NAMES = ("ols", "pooled", "hierarchical")
 DEFAULT_MODEL = "hierarchical"
+#: Default draws and tuning steps per chain (4 chains) of a fit: with nutpie and models.sample.nuts_settings,
+#: the smallest tested that pass the diagnostics (R-hat <= 1.01, ESS_bulk >= 400; >= 879 on the reference
+#: table) on every seed tried (docs/speed.md, section 5). Tuning beyond 400 bought nothing but time.
+DRAWS, TUNE = 1500, 400
 
 
 def default_config(name: str, user: dict | None = None) -> dict:
@@ -47,4 +51,4 @@ def default_config(name: str, user: dict | None = None) -> dict:
     return base | user | {"priors": priors}
 
 
-__all__ = ["MODELS", "MODEL_NAMES", "DEFAULT_MODEL", "default_config"]
+__all__ = ["MODELS", "MODEL_NAMES", "DEFAULT_MODEL", "DRAWS", "TUNE", "default_config"]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import arviz as az
 import pandas as pd
 
-from . import default_config
+from . import DRAWS, TUNE, default_config
 from .spec import ModelSpec, cell_labels, group_keys
 
 __all__ = ["CompiledModel", "compile_model", "refit"]
@@ -123,7 +123,7 @@ def _check_levels(compiled: CompiledModel, df: pd.DataFrame) -> None:
                              f"compiled for ({', '.join(known)}); compile on a table that holds them")
 
 
-def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, draws: int = 1000, tune: int = 1000,
+def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, draws: int = DRAWS, tune: int = TUNE,
           chains: int = 4, progress: bool = False, target_accept: float | None = None) -> az.InferenceData:
     """Sample the compiled model on a new table, with no new compile.
 
@@ -158,7 +158,7 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
     import nutpie
 
     from .build import model_data
-    from .sample import TARGET_ACCEPT, attach_provenance
+    from .sample import attach_provenance, nuts_settings
 
     if not isinstance(compiled, CompiledModel):
         raise TypeError(f"refit needs the CompiledModel that compile_model returns, got {type(compiled).__name__}")
@@ -172,9 +172,7 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
     # only the pm.Data the compiled graph uses are its shared variables
     data = {k: v for k, v in model_data(spec, df).items() if k in compiled.compiled.shared_data}
     idata = nutpie.sample(compiled.compiled.with_data(**data), draws=int(draws), tune=int(tune), chains=int(chains),
-                          cores=min(int(chains), 2), seed=seed, progress_bar=progress,
-                          low_rank_modified_mass_matrix=True,
-                          target_accept=TARGET_ACCEPT if target_accept is None else target_accept)
+                          cores=min(int(chains), 2), seed=seed, progress_bar=progress, **nuts_settings(target_accept))
     idata = attach_provenance(idata, spec, df)
     idata.posterior.attrs["sampler"] = "nutpie (compiled once, refitted with with_data)"
     return idata

@@ -19,24 +19,41 @@ import pymc as pm
 import xarray as xr
 
 from .. import __version__
-from . import default_config
+from . import DRAWS, TUNE, default_config
 from .build import build_model
 from .io import table_hash
 from .spec import ModelSpec
 
-__all__ = ["fit", "sample_model", "table_hash", "SAMPLERS", "attach_provenance", "kept_vars"]
+__all__ = ["fit", "sample_model", "table_hash", "SAMPLERS", "attach_provenance", "kept_vars", "nuts_settings",
+           "TARGET_ACCEPT", "MAXDEPTH"]
 
 #: Samplers: ``nutpie`` (default, numba-compiled NUTS), ``pymc`` (PyMC's NUTS
 #: on the C backend) and ``numba`` (PyMC's NUTS on the numba backend).
 SAMPLERS = ("nutpie", "pymc", "numba")
-#: NUTS target acceptance. 0.95 rather than 0.8: the Student-t likelihoods and the
-#: configuration-family scale left a few divergences at 0.8 on data/cpu_sweep.csv.
-TARGET_ACCEPT = 0.95
+#: NUTS target acceptance. 0.9: 0.8 left a few divergences on data/cpu_sweep.csv with the
+#: configuration-family scale, and a capped tree at 0.8 diverged on the reference table; 0.95 (the default
+#: before 2026-12-05) costs ~1.4x the leapfrog steps per draw for no diagnostic gain (docs/speed.md, section 5).
+TARGET_ACCEPT = 0.9
+#: Largest NUTS tree depth (at most 2**8 = 256 leapfrog steps per draw). With nutpie's default 10, early
+#: warm-up, before the low-rank mass matrix has adapted, runs trees of ~1000 steps: 90 % of the reference
+#: fit's gradient evaluations went there (docs/speed.md, section 5). Adapted draws need 15-30 steps.
+MAXDEPTH = 8
+
+
+def nuts_settings(target_accept: float | None = None) -> dict:
+    """Keyword arguments of every ``nutpie.sample`` call of the package (fit, refit, SBC, benchmarks).
+
+    The log proxies are strongly collinear inside a cell (ln C, ln M, tokens all follow model size):
+    a low-rank-modified mass matrix adapts to that (a diagonal one ran ~1000 leapfrog steps per draw on
+    the reference table, R-hat 1.15); :data:`MAXDEPTH` caps the trees of early warm-up.
+    """
+    return {"low_rank_modified_mass_matrix": True, "maxdepth": MAXDEPTH,
+            "target_accept": TARGET_ACCEPT if target_accept is None else target_accept}
 #: Per-row deterministics left out of saved posteriors (they are recomputed).
 DROP_VARS = ("log_eta_curve",)
 
 
-def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = 1000, tune: int = 1000,
+def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = DRAWS, tune: int = TUNE,
                  chains: int = 4, seed: int | None = None, progress: bool = True,
                  compiled=None, target_accept: float = TARGET_ACCEPT) -> az.InferenceData:
     """Draw from the posterior of a built model.
@@ -67,12 +84,8 @@ def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = 1000, tu
 
         if compiled is None:
             compiled = nutpie.compile_pymc_model(model, var_names=kept_vars(model))
-        # the log proxies are strongly collinear inside a cell (ln C, ln M, tokens all
-        # follow model size): a low-rank-modified mass matrix adapts to that and cut
-        # leapfrog steps per draw by ~3x in benchmarks/bench_samplers.py
         idata = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, seed=seed,
-                              progress_bar=progress, cores=min(chains, 2), low_rank_modified_mass_matrix=True,
-                              target_accept=target_accept)
+                              progress_bar=progress, cores=min(chains, 2), **nuts_settings(target_accept))
         return idata
     kwargs = {"compile_kwargs": {"mode": "NUMBA"}} if sampler == "numba" else {}
     if sampler == "pymc":
@@ -119,7 +132,7 @@ def attach_provenance(idata: az.InferenceData, spec: ModelSpec, df: pd.DataFrame
 
 
 def fit(df: pd.DataFrame, model: str = "hierarchical", config: dict | None = None,
-        levels: dict | None = None, sampler: str = "nutpie", draws: int = 1000, tune: int = 1000,
+        levels: dict | None = None, sampler: str = "nutpie", draws: int = DRAWS, tune: int = TUNE,
         chains: int = 4, seed: int | None = None, progress: bool = True,
         predictive: bool = True, target_accept: float = TARGET_ACCEPT) -> az.InferenceData:
     """Fit a Bayesian model to a sweep table.
