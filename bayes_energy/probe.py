@@ -278,7 +278,6 @@ def _law(idata, rows: pd.DataFrame, n_draws: int | None, rng: np.random.Generato
         "slope_t": P["T_beta"][:, A["cell_idx"], ETA_COLUMN],
         "sig_e": np.broadcast_to(noise_scale(P, "E_sigma", A), (S, n)),
         "sig_t": np.broadcast_to(noise_scale(P, "T_sigma", A), (S, n)), "lam": P["T_on_E_resid"][:, None],
-        "nu_e": P["E_nu"], "nu_t": P["T_nu"],
         "nu": {k: P[k] for k in ("E_nu", "T_nu", "eta_nu") if k in P},  # the noise families (standard_variates)
         "strategy_idx": A["strategy_idx"], "S": S,
         "kind": curve_row.astype(int),  # 1: efficiency from the curves (multi-device, unmeasured)
@@ -604,9 +603,9 @@ def probe_update(idata, probe, job: pd.DataFrame, prob: float = DEFAULT_PROB, n_
     y_e = np.log(pr["energy_j"].to_numpy(float) - start_j)[None, :]
     y_t = np.log(pr["time_s"].to_numpy(float) - start_s)[None, :]
     offsets = {}
-    for b, y, sig, nu, slope in (("e", y_e, law["sig_e"][:, ip], law["nu_e"], law["slope_e"][:, ip]),
+    for b, y, sig, nu, slope in (("e", y_e, law["sig_e"][:, ip], law["nu"]["E_nu"], law["slope_e"][:, ip]),
                                  ("t", y_t, np.sqrt(law["sig_t"][:, ip] ** 2 + (lam * law["sig_e"][:, ip]) ** 2),
-                                  law["nu_t"], law["slope_t"][:, ip])):
+                                  law["nu"]["T_nu"], law["slope_t"][:, ip])):
         ev = (slope * law["eta_sd"][:, ip]) ** 2
         keep = 1.0 - _rho(sc[b], kp, sig**2 + ev)  # (sample, probe): the within-family share
         resid = y - law[f"mu_{b}"][:, ip]

@@ -41,7 +41,7 @@ def run_variant(df, name: str, chains: int, draws: int, tune: int, seed: int) ->
     from bayes_energy.models import default_config
     from bayes_energy.models.build import build_model
     from bayes_energy.models.diagnostics import diagnose
-    from bayes_energy.models.sample import TARGET_ACCEPT, kept_vars, nuts_settings
+    from bayes_energy.models.sample import kept_vars, nuts_settings
     from bayes_energy.models.spec import ModelSpec
 
     t0 = time.perf_counter()

@@ -28,8 +28,6 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -55,13 +53,13 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="output folder (default benchmarks/results)")
     a = p.parse_args(argv)
     warnings.filterwarnings("ignore")
-    import arviz as az
     import nutpie
     import pandas as pd
 
     from bayes_energy.datasets import DEFAULT_DATA, load_mayaki2026, load_sweep
     from bayes_energy.models import default_config
     from bayes_energy.models.build import build_model
+    from bayes_energy.models.diagnostics import diagnose
     from bayes_energy.models.sample import kept_vars
     from bayes_energy.models.spec import ModelSpec
 
@@ -79,15 +77,14 @@ def main(argv=None) -> int:
             idata = nutpie.sample(compiled, chains=4, cores=2, seed=seed, progress_bar=False, **kw)
             wall = time.perf_counter() - t0
             st = idata.sample_stats
-            rhat, ess = az.rhat(idata.posterior), az.ess(idata.posterior)
+            d = diagnose(idata)
             rec = {"table": f"{table} ({len(df)} rows)", "setting": label, "seed": seed,
                    "chains_x_tune_draws": f"4 x ({kw['tune']} + {kw['draws']})", "target_accept": kw["target_accept"],
                    "maxdepth": kw["maxdepth"], "compile_s": round(compile_s, 1), "sample_s": round(wall, 1),
                    "warmup_steps": int(idata.warmup_sample_stats["n_steps"].sum()),
                    "draw_steps": int(st["n_steps"].sum()), "steps_per_draw": round(float(st["n_steps"].mean()), 1),
-                   "divergences": int(st["diverging"].sum()),
-                   "max_rhat": round(max(float(np.nanmax(v.values)) for v in rhat.data_vars.values()), 3),
-                   "min_ess_bulk": round(min(float(np.nanmin(v.values)) for v in ess.data_vars.values()))}
+                   "divergences": d["divergences"], "max_rhat": round(d["max_rhat"], 3),
+                   "min_ess_bulk": round(d["min_ess_bulk"])}
             rows.append(rec)
             print(rec, flush=True)
     res = pd.DataFrame(rows)

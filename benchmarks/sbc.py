@@ -85,7 +85,7 @@ def run(reps: int = 100, draws: int = 200, tune: int = 200, chains: int = 2, thi
         simulate_from_params,
     )
 
-    from bayes_energy.models.sample import TARGET_ACCEPT, nuts_settings
+    from bayes_energy.models.sample import nuts_settings
     t_start = time.perf_counter()
     design = sbc_design(n_configs, seed)
     spec = design_spec(design, model)
@@ -104,7 +104,7 @@ def run(reps: int = 100, draws: int = 200, tune: int = 200, chains: int = 2, thi
             warnings.simplefilter("ignore")
             idata = nutpie.sample(compiled.with_data(**data), draws=draws, tune=tune, chains=chains,
                                   cores=min(chains, 2), seed=int(rng.integers(2**31)), progress_bar=False,
-                                  **nuts_settings(TARGET_ACCEPT))
+                                  **nuts_settings())
         post = idata.posterior
         div = int(idata.sample_stats["diverging"].sum())
         for var, idx, label in PARAMS:

@@ -38,6 +38,8 @@ TARGET_ACCEPT = 0.9
 #: warm-up, before the low-rank mass matrix has adapted, runs trees of ~1000 steps: 90 % of the reference
 #: fit's gradient evaluations went there (docs/speed.md, section 5). Adapted draws need 15-30 steps.
 MAXDEPTH = 8
+#: Per-row deterministics left out of saved posteriors (they are recomputed).
+DROP_VARS = ("log_eta_curve",)
 
 
 def nuts_settings(target_accept: float | None = None) -> dict:
@@ -49,8 +51,6 @@ def nuts_settings(target_accept: float | None = None) -> dict:
     """
     return {"low_rank_modified_mass_matrix": True, "maxdepth": MAXDEPTH,
             "target_accept": TARGET_ACCEPT if target_accept is None else target_accept}
-#: Per-row deterministics left out of saved posteriors (they are recomputed).
-DROP_VARS = ("log_eta_curve",)
 
 
 def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = DRAWS, tune: int = TUNE,
