@@ -184,7 +184,7 @@ def placement(spec: ModelSpec, new_cells: list[str], measured: list[str] | None 
 
 def place_by_specs(P: dict, spec: ModelSpec, targets: dict[str, int], placed: dict[str, tuple[int, float, float]],
                    rng) -> list[str]:
-    r"""Overwrite the draws of unmeasured cells that the GPU table can place; return their labels.
+    r"""Give unmeasured cells that the GPU table can place their donor's draws and a roofline shift; return their labels.
 
     ``placed`` is :func:`placement`'s answer for these cells. ``targets`` maps each cell label to its position on the cell axis of
     ``P``: new cells appended by :func:`_add_new_levels`, or cells of the
@@ -193,33 +193,43 @@ def place_by_specs(P: dict, spec: ModelSpec, targets: dict[str, int], placed: di
 
     A GPU never measured, with a family that was measured on another GPU
     (the donor, :func:`placement`), gets the donor cell's law, strategy
-    effects and speedup-curve slopes, and intercepts moved by the roofline:
+    effects and speedup-curve slopes, and curve levels
+    :math:`\theta_{new} = \theta_d + \mathcal N(0, \text{hw\_tau\_curve}^2)`
+    (the table has no interconnect, so the curves move by a between-cell
+    scale). Each run's expected energy and time then move by the roofline
+    with a fixed per-step overhead (:func:`bayes_energy.models.predictive.spec_shift`):
+    the work-bound share :math:`f` of the run's donor time scales by the spec
+    ratios :math:`e^{\lambda_E \Delta h_E}` and :math:`e^{\lambda_T \Delta h_T}`, the rest not at all,
 
     .. math::
 
-        eta^E_{new,0} = eta^E_{d,0} + \lambda_E\,\Delta h_E + r_E, \qquad
-        eta^T_{new,0} = eta^T_{d,0} + \lambda_T\,\Delta h_T + r_T,
+        \Delta\ln E_r = \ln\big(f_r e^{\lambda_E\Delta h_E} + 1 - f_r\big) + r_E,
 
-    :math:`\lambda \sim \mathcal N(1, 	ext{hw\_lambda\_sd}^2)`,
-    :math:`r \sim \mathcal N(0, 	ext{hw\_tau}^2)`, and the curve levels
-    :math:`	heta_{new} = 	heta_d + \mathcal N(0, 	ext{hw\_tau\_curve}^2)`
-    (the table has no interconnect, so the curves move by a between-cell
-    scale). With two GPU types in the public data the slopes :math:`\lambda`
-    cannot be learned; they are physics priors (energy per unit of work
-    scales with TDP over peak throughput; see ``hierarchical.DEFAULT_CONFIG``).
+    :math:`\lambda \sim \mathcal N(1, \text{hw\_lambda\_sd}^2)`,
+    :math:`r \sim \mathcal N(0, \text{hw\_tau}^2)`, one draw per posterior
+    draw and cell (shared by the cell's runs). With two GPU types in the
+    public data neither :math:`\lambda` nor the overhead can be learned across
+    GPUs; they are physics priors (see ``pooled.PRIORS``).
     """
     if not placed:
         return []
+    from .hardware import roofline
+    from .models.predictive import PLACED
+
     pri = spec.config["priors"]
-    S = P["E_beta"].shape[0]
+    S, ncell = P["E_beta"].shape[:2]
+    _pad_placement(P, ncell)
+    known = list(spec.config["levels"]["cell"])
     for label, k in targets.items():
         if label not in placed:
             continue
         d, dh_e, dh_t = placed[label]
+        peak = float(roofline(known[d].rsplit("|", 1)[0])["peak_flop_per_s"].iloc[0])
+        P[PLACED][:, k] = np.log(pri["hw_peak_utilisation"] * peak)
         for b, dh in (("E", dh_e), ("T", dh_t)):
             P[f"{b}_beta"][:, k] = P[f"{b}_beta"][:, d]
-            lam = 1.0 + pri["hw_lambda_sd"] * rng.standard_normal(S)
-            P[f"{b}_beta"][:, k, 0] += lam * dh + pri["hw_tau"] * rng.standard_normal(S)
+            P[f"place_work_{b}"][:, k] = (1.0 + pri["hw_lambda_sd"] * rng.standard_normal(S)) * dh
+            P[f"place_stray_{b}"][:, k] = pri["hw_tau"] * rng.standard_normal(S)
             if f"{b}_psi_cell" in P:
                 P[f"{b}_psi_cell"][:, k] = P[f"{b}_psi_cell"][:, d]
         P["curve_cell"][:, k] = P["curve_cell"][:, d] + pri["hw_tau_curve"] * rng.standard_normal(
@@ -227,6 +237,19 @@ def place_by_specs(P: dict, spec: ModelSpec, targets: dict[str, int], placed: di
         if "curve_beta_cell" in P and P["curve_beta"].ndim == 4:
             P["curve_beta"][:, k] = P["curve_beta"][:, d]
     return [c for c in targets if c in placed]
+
+
+def _pad_placement(P: dict, ncell: int) -> None:
+    """Make the placement arrays (sample, cell) span ``ncell`` cells: NaN rate / zero shift for cells not placed."""
+    from .models.predictive import PLACED
+
+    S = P["E_beta"].shape[0]
+    for key, fill in ((PLACED, np.nan), ("place_work_E", 0.0), ("place_work_T", 0.0),
+                      ("place_stray_E", 0.0), ("place_stray_T", 0.0)):
+        have = P[key].shape[1] if key in P else 0
+        if have < ncell:
+            pad = np.full((S, ncell - have), fill)
+            P[key] = pad if key not in P else np.concatenate([P[key], pad], axis=1)
 
 
 def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rng,
@@ -280,6 +303,8 @@ def _add_new_levels(P: dict, spec: ModelSpec, A: dict, configs: pd.DataFrame, rn
             full[..., spec.curve_moved_index] = slopes  # the parameters they move (build.build_model)
             P["curve_beta"] = np.concatenate([P["curve_beta"], full], axis=1)
         place_by_specs(P, spec, {c: ncell + j for j, c in enumerate(new)}, placed, rng)
+    if "place_log_rate" in P:  # cells appended after a first placement: not placed
+        _pad_placement(P, P["E_beta"].shape[1])
     if "group_idx" in A and "E_u" in P:
         ngroup = P["E_u"].shape[1]
         n_new = int(max(A["group_idx"].max() + 1 - ngroup, 0))

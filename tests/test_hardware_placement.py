@@ -52,15 +52,42 @@ def test_placed_gpu_is_centred_where_its_specs_say_and_narrower_than_a_populatio
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NewLevelWarning)
         pop = predict_draws(_without_placement(idata), gpt_single, seed=1)["log_energy_j"]
+        t_donor = predict_draws(idata, gpt_single, seed=1, residual=False)["log_time_s"][:, 0]
     rf = roofline([A100, H100])
     w = 0.5
     h = w * rf["log_j_per_flop"] + (1 - w) * rf["log_j_per_byte"]
-    expected = h[H100] - h[A100]  # the donor here is the A100 x GPT cell (closest in J/FLOP and J/byte)
+    ratio = h[H100] - h[A100]  # the donor here is the A100 x GPT cell (closest in J/FLOP and J/byte)
+    # the roofline with a fixed overhead: only the donor time's work-bound share scales by the spec ratio
+    row = gpt_single.iloc[0]
+    params = row["num_layers"] * (12 * row["hidden_size"] ** 2 + 2 * row["hidden_size"] * row["ff"])
+    f = min(1.0, 6 * params * row["tokens"] / (np.exp(np.median(t_donor)) * 0.5 * rf["peak_flop_per_s"][A100]))
+    expected = np.log(f * np.exp(ratio) + 1 - f)
     shift = np.median(d[:, 1]) - np.median(d[:, 0])
-    assert abs(shift - expected) < 0.25, (shift, expected)
+    assert ratio < expected < 0 and abs(shift - expected) < 0.1, (shift, expected, ratio, f)
     width = lambda x: np.subtract(*np.quantile(x, [0.95, 0.05]))  # noqa: E731
     assert width(d[:, 1]) < 0.6 * width(pop[:, 1])
     assert width(d[:, 1]) > width(d[:, 0])  # but wider than the measured GPU: the hardware is unmeasured
+
+
+def test_spec_shift_moves_compute_bound_runs_by_the_spec_ratio_and_overhead_bound_runs_not_at_all():
+    from bayes_energy.models.predictive import PLACED, spec_shift
+
+    S = 3
+    P = {PLACED: np.full((S, 2), np.nan), "place_work_E": np.zeros((S, 2)), "place_work_T": np.zeros((S, 2)),
+         "place_stray_E": np.zeros((S, 2)), "place_stray_T": np.zeros((S, 2))}
+    P[PLACED][:, 1] = np.log(0.5 * 312e12)  # cell 1 placed from an A100 donor
+    P["place_work_E"][:, 1], P["place_work_T"][:, 1] = -0.9, -1.3
+    # runs on cell 1 doing 6ND = 1.56e14 FLOP per device in 1 s (at u x peak: compute-bound), in 1000 s
+    # (0.1 % of it: overhead-bound), and a run on the unplaced cell 0
+    A = {"cell_idx": np.array([1, 1, 0]), "n_gpus": np.array([2.0, 1.0, 1.0]),
+         "log_train_flop": np.log([2 * 0.5 * 312e12, 0.5 * 312e12, 1e14])}
+    log_t = np.zeros((S, 3)) + np.log([1.0, 1000.0, 5.0])
+    log_e = np.zeros((S, 3))
+    spec_shift(P, A, np.zeros((S, 3)), log_e, log_t, {"log_time": 0.0})
+    np.testing.assert_allclose(log_t[:, 0], -1.3, atol=1e-9)  # the whole spec ratio
+    np.testing.assert_allclose(log_e[:, 0], -0.9, atol=1e-9)
+    assert np.all(np.abs(log_e[:, 1]) < 1e-3) and np.all(np.abs(log_t[:, 1] - np.log(1000.0)) < 1e-3)
+    np.testing.assert_array_equal(log_e[:, 2], 0.0)  # a measured cell is untouched
 
 
 def test_gpu_in_neither_the_fit_nor_the_table_is_refused(small_fit, tmp_path):

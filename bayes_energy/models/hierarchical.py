@@ -47,10 +47,13 @@ never measured draws its coefficients from :math:`\mathcal N(\mu, \tau^2)`,
 so its predictions are wider; a GPU never measured that is in the GPU table
 (``data/gpu_specs.csv``), with a family measured on other hardware, is placed
 by its specifications instead (``spec_placement``,
-:func:`bayes_energy.predict.place_by_specs`): the family's measured cell,
-with the intercepts moved by the roofline's J/FLOP, J/byte and s/FLOP, s/byte
-ratios (:math:`\lambda \sim \mathcal N(1, 0.25^2)`, spread
-:math:`\mathcal N(0, 0.3^2)` beyond the specs).
+:func:`bayes_energy.predict.place_by_specs`): the family's measured cell, with
+each run's energy and time moved by the roofline with a fixed per-step
+overhead (:func:`bayes_energy.models.predictive.spec_shift`): the work-bound
+share of the run's donor time (its achieved training FLOP/s over half the
+donor's peak) scales by the J/FLOP, J/byte and s/FLOP, s/byte ratios
+(:math:`\lambda \sim \mathcal N(1, 0.25^2)`), the rest does not, with a
+spread :math:`\mathcal N(0, 0.3^2)` beyond the specs.
 
 Speedup curves: USL with a one-off distribution overhead :math:`\omega` for
 FSDP/DDP, saturating exponential for TP (:mod:`bayes_energy.models.curves`);

@@ -71,14 +71,19 @@ PRIORS = {
     "cell_shares": [0.4, 0.4, 0.2],
     "eta_sigma": 0.5,
     "sigma": 0.5,
-    # Hardware placed by its specifications (hierarchical, spec_placement; predict.place_by_specs).
-    # Fixed from physics before any held-out GPU was looked at: energy per unit of work scales with the
-    # spec-sheet J/FLOP and J/byte (TDP over peak), time with 1/FLOP/s and 1/bandwidth, weighted equally
-    # (fine-tuning these models sits near the GPUs' ridge points, ~90-200 FLOP/byte); the ratio carries
-    # over up to +-25 % (lambda ~ N(1, 0.25)); a real GPU strays from its spec ratio by x1.35 at one sd
-    # (utilisation, clocks, power limits: hw_tau 0.3); the table has no interconnect, so the speedup
-    # curves move by the between-cell scale of the curves (hw_tau_curve = tau_curve).
+    # Hardware placed by its specifications (hierarchical, spec_placement; predict.place_by_specs,
+    # models.predictive.spec_shift). Fixed from physics before any held-out GPU was looked at: the
+    # work-bound part of a run's time scales with the spec-sheet 1/FLOP/s and 1/bandwidth, its energy
+    # with J/FLOP and J/byte (TDP over peak), weighted equally (fine-tuning these models sits near the
+    # GPUs' ridge points, ~90-200 FLOP/byte); the ratio carries over up to +-25 % (lambda ~ N(1, 0.25));
+    # the rest of the time (launches, host work, synchronisation) does not scale with the GPU; the
+    # work-bound share is the run's achieved training FLOP/s on the donor over u x peak, with u = 0.5
+    # the fraction of dense 16-bit peak that a compute-bound training step reaches (large-model MFU
+    # reports: 40-60 %); a real GPU strays from this by x1.35 at one sd (clocks, power limits: hw_tau
+    # 0.3); the table has no interconnect, so the speedup curves move by the between-cell scale of the
+    # curves (hw_tau_curve = tau_curve).
     "hw_compute_share": 0.5,
+    "hw_peak_utilisation": 0.5,
     "hw_lambda_sd": 0.25,
     "hw_tau": 0.3,
     "hw_tau_curve": 0.5,

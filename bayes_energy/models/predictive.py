@@ -39,7 +39,8 @@ import numpy as np
 
 from .law import block_mean, log_eta_from_curves
 
-__all__ = ["standard_variates", "scatter_rows", "eta_scale", "log_eta_draws", "noise_scale", "energy_time_draws", "energy_loc_scale", "rng_noise"]
+__all__ = ["standard_variates", "scatter_rows", "eta_scale", "log_eta_draws", "noise_scale", "energy_time_draws", "energy_loc_scale", "rng_noise",
+           "spec_shift", "PLACED"]
 
 Noise = Callable[[str, int], np.ndarray]
 
@@ -102,6 +103,7 @@ def energy_time_draws(P: Mapping, A: Mapping, log_eta: np.ndarray, centre: Mappi
     """
     log_e = block_mean(P, "E", A, log_eta, np)
     log_t = block_mean(P, "T", A, log_eta, np)
+    spec_shift(P, A, log_eta, log_e, log_t, centre)
     lam = P["T_on_E_resid"][:, None]
     if log_energy_obs is not None:
         log_t += lam * (log_energy_obs - log_e)
@@ -119,8 +121,60 @@ def energy_time_draws(P: Mapping, A: Mapping, log_eta: np.ndarray, centre: Mappi
 
 def energy_loc_scale(P: Mapping, A: Mapping, log_eta: np.ndarray, centre: Mapping) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Student-t location (ln J), scale (sample, run) and degrees of freedom (sample,) of each run's energy."""
-    mu = block_mean(P, "E", A, log_eta, np) + centre["log_energy"]
+    mu = block_mean(P, "E", A, log_eta, np)
+    if PLACED in P:
+        spec_shift(P, A, log_eta, mu, block_mean(P, "T", A, log_eta, np), centre)
+    mu = mu + centre["log_energy"]
     return mu, np.broadcast_to(noise_scale(P, "E_sigma", A), mu.shape), P["E_nu"]
+
+
+#: Key of the per-cell log peak rate ``ln(u F_donor)`` (sample, cell) in the draws of a posterior whose
+#: unmeasured cells were placed by their GPU's specifications (NaN for every other cell);
+#: ``place_work_{E,T}`` and ``place_stray_{E,T}`` hold the roofline ratios and the spread beyond them.
+PLACED = "place_log_rate"
+
+
+def spec_shift(P: Mapping, A: Mapping, log_eta: np.ndarray, log_e: np.ndarray, log_t: np.ndarray,
+               centre: Mapping | None) -> None:
+    r"""Move the expected ln energy and ln time of runs on spec-placed cells, in place.
+
+    A placed cell carries its donor's law (:func:`bayes_energy.predict.place_by_specs`);
+    ``log_e`` and ``log_t`` (centred, sample x run) are the donor's expectation for each
+    run. The roofline with a fixed per-step overhead then splits each run's donor time
+    into a work-bound share :math:`f`, which the new GPU does at its spec-sheet rate, and
+    the rest (kernel launches, host work), which it does not speed up. Parallel losses
+    are the law's own efficiency term (``log_eta``: measured, or from the speedup
+    curves), so the share is taken of the single-device equivalent time
+    :math:`n\,\eta\,T^d`:
+
+    .. math::
+
+        f_r = \min\Big(1, \frac{6 N_r D_r}{n_r\,\eta_r\,T^{d}_r\, u\, F_d}\Big), \qquad
+        \Delta\ln T_r = \ln\big(f_r e^{\lambda_T \Delta h_T} + 1 - f_r\big) + r_T,
+
+    and the same for energy with :math:`\lambda_E \Delta h_E` and :math:`r_E`. :math:`6ND`
+    is the training FLOP count (parameters x tokens), :math:`n` the device count,
+    :math:`F_d` the donor GPU's peak dense 16-bit FLOP/s and :math:`u` the fraction of
+    peak that a fully compute-bound training step reaches (``priors.hw_peak_utilisation``).
+    A run near the donor's compute roof moves by the whole spec ratio; a small model
+    that is overhead-bound on the donor barely moves.
+    """
+    if PLACED not in P:
+        return
+    cells = A["cell_idx"]
+    rate = P[PLACED]
+    rows = np.flatnonzero(np.isfinite(rate[0, np.minimum(cells, rate.shape[1] - 1)]) & (cells < rate.shape[1]))
+    if not rows.size:
+        return
+    if centre is None:
+        raise ValueError("runs on spec-placed hardware need the centres (absolute time) to split compute from overhead")
+    c = cells[rows]
+    log_time = log_t[:, rows] + log_t.dtype.type(centre["log_time"])
+    log_f = A["log_train_flop"][rows] - np.log(A["n_gpus"][rows]) - log_eta[:, rows] - log_time - rate[:, c]
+    f = np.exp(np.minimum(log_f, 0.0))
+    for b, out in (("E", log_e), ("T", log_t)):
+        moved = np.log(f * np.exp(P[f"place_work_{b}"][:, c]) + 1.0 - f) + P[f"place_stray_{b}"][:, c]
+        out[:, rows] += moved.astype(out.dtype, copy=False)
 
 
 def standard_variates(P: Mapping, kind: str, rng: np.random.Generator, k: int, dtype=np.float64) -> np.ndarray:

@@ -269,6 +269,8 @@ class ModelSpec:
             "n_gpus": df["n_gpus"].to_numpy(float),
             "curve": strat.map(CURVE_OF).to_numpy("int64"),
             "log_eta_obs": x["log_eta"].to_numpy(),
+            # ln of the training FLOP count 6 N D (uncentred): the work a spec-placed GPU does at its roofline
+            "log_train_flop": np.log(6.0) + x["log_params"].to_numpy() + x["log_tokens"].to_numpy(),
         }
         if self.config.get("group_effects", False):
             out["group_idx"] = self.index_of("group", group_keys(df), allow_new=True)
