@@ -37,6 +37,7 @@ VARIANTS = {
 
 def run_variant(df, name: str, chains: int, draws: int, tune: int, seed: int) -> dict:
     import nutpie
+    from bayes_energy.models.cache import compile_nutpie
 
     from bayes_energy.models import default_config
     from bayes_energy.models.build import build_model
@@ -47,7 +48,7 @@ def run_variant(df, name: str, chains: int, draws: int, tune: int, seed: int) ->
     t0 = time.perf_counter()
     spec = ModelSpec.from_table(df, "hierarchical", default_config("hierarchical") | VARIANTS[name])
     model = build_model(spec, df)
-    compiled = nutpie.compile_pymc_model(model, var_names=kept_vars(model))
+    compiled = compile_nutpie(model, var_names=kept_vars(model))
     t1 = time.perf_counter()
     idata = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, seed=seed, cores=min(chains, 2),
                           progress_bar=False, **nuts_settings())

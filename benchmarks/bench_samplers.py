@@ -96,9 +96,10 @@ def _child(args) -> dict:
     draws, tune, chains, seed = args.draws, args.tune, args.chains, args.seed
     if args.child.startswith("nutpie"):
         import nutpie
+        from bayes_energy.models.cache import compile_nutpie
 
         kw = {"backend": "jax"} if args.child == "nutpie-jax" else {}  # nutpie's default: PyTensor's gradient
-        compiled = nutpie.compile_pymc_model(model, var_names=names, **kw)
+        compiled = compile_nutpie(model, var_names=names, **kw)
         t1, c1 = time.perf_counter(), time.process_time()
         idata = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, seed=seed, cores=min(chains, 2),
                               progress_bar=False, **nuts_settings())

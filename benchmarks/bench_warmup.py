@@ -54,6 +54,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     import nutpie
+    from bayes_energy.models.cache import compile_nutpie
     import pandas as pd
 
     from bayes_energy.datasets import DEFAULT_DATA, load_mayaki2026, load_sweep
@@ -68,7 +69,7 @@ def main(argv=None) -> int:
         df = load_mayaki2026(a.data) if table == "reference" else load_sweep(list(DEFAULT_DATA))
         t0 = time.perf_counter()
         model = build_model(ModelSpec.from_table(df, "hierarchical", default_config("hierarchical")), df)
-        compiled = nutpie.compile_pymc_model(model, var_names=kept_vars(model))
+        compiled = compile_nutpie(model, var_names=kept_vars(model))
         compile_s = time.perf_counter() - t0
         for label, seed, kw in settings():
             if table == "cpu" and label in ("tune300", "depth8_ta0.8"):

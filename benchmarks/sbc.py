@@ -73,6 +73,7 @@ def run(reps: int = 100, draws: int = 200, tune: int = 200, chains: int = 2, thi
         n_configs: int = 4, model: str = "hierarchical", out: Path | None = None, log=print) -> pd.DataFrame:
     """Run ``reps`` SBC replications; write the outputs; return the summary table."""
     import nutpie
+    from bayes_energy.models.cache import compile_nutpie
     from scipy.stats import chisquare
 
     from bayes_energy.models.build import build_model, model_data
@@ -90,7 +91,7 @@ def run(reps: int = 100, draws: int = 200, tune: int = 200, chains: int = 2, thi
     design = sbc_design(n_configs, seed)
     spec = design_spec(design, model)
     pm_model = build_model(spec, placeholder_table(design))
-    compiled = nutpie.compile_pymc_model(pm_model, var_names=kept_vars(pm_model))
+    compiled = compile_nutpie(pm_model, var_names=kept_vars(pm_model))
     log(f"compiled {model} on a {len(design)}-row design in {time.perf_counter() - t_start:.0f} s")
     prior = prior_draws(design, spec, draws=reps, seed=seed)
     names = list(prior.data_vars)

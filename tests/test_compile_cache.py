@@ -38,3 +38,79 @@ def test_every_model_build_enables_the_cache_and_the_variable_turns_it_off():
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.strip().splitlines()[-1] == expect
+
+
+# --- nutpie's C wrappers, cached between processes (cache.compile_nutpie) -----------------------
+
+_CHILD = """
+import json
+import nutpie
+from bayes_energy.models import cache, default_config
+from bayes_energy.models.build import build_model
+from bayes_energy.models.spec import ModelSpec
+from bayes_energy.simulate import tiny_sweep
+
+cache.enable_compile_cache()
+df = tiny_sweep(0)
+model = build_model(ModelSpec.from_table(df, "pooled", default_config("pooled")), df)
+
+def run():
+    compiled = cache.compile_nutpie(model)
+    idata = nutpie.sample(compiled, draws=30, tune=30, chains=1, seed=3, progress_bar=False)
+    hits = [compiled.compiled_logp_func.cache_hits, compiled.compiled_expand_func.cache_hits]
+    return hits, [float(v) for name in sorted(idata.posterior.data_vars) for v in idata.posterior[name].values.ravel()]
+
+hits, draws = run()
+out = {"hits": hits, "draws": draws}
+if FRESH:  # the same model with both wrappers compiled afresh in this process, for comparison
+    def no_key(func):
+        raise cache._Unkeyable("test: compile this wrapper afresh")
+    cache._closure_key = no_key
+    out["fresh_hits"], out["fresh_draws"] = run()
+print(json.dumps(out))
+"""
+
+
+def _child(fresh: bool) -> dict:
+    import json
+
+    out = subprocess.run([sys.executable, "-c", _CHILD.replace("FRESH", repr(fresh))], capture_output=True, check=False,
+                         text=True, timeout=600, env=dict(os.environ, BAYES_ENERGY_NO_COMPILE_CACHE=""))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_second_process_loads_both_wrappers_and_draws_exactly_what_a_fresh_compile_draws():
+    _child(fresh=False)  # fills the cache (or finds it filled)
+    second = _child(fresh=True)
+    assert second["hits"] == [1, 1], "the log-density and expand wrappers were compiled again"
+    assert second["fresh_hits"] == [0, 0]
+    assert len(second["draws"]) > 30 and np.isfinite(second["draws"]).all()
+    assert second["draws"] == second["fresh_draws"]  # bit for bit: same machine code
+
+
+def _closure(values, scale):
+    def wrapper(x):
+        return x * values.sum() * scale
+    return wrapper
+
+
+def test_the_wrapper_key_is_stable_and_follows_what_the_wrapper_bakes_in():
+    from bayes_energy.models.cache import _closure_key
+
+    base = _closure_key(_closure(np.arange(3.0), 2))
+    assert base == _closure_key(_closure(np.arange(3.0), 2))  # rebuilt closure, same key
+    assert base != _closure_key(_closure(np.arange(4.0), 2))  # another shape
+    assert base != _closure_key(_closure(np.array([0.0, 1.0, 3.0]), 2))  # another value
+    assert base != _closure_key(_closure(np.arange(3.0), 3))
+
+
+def test_a_closure_the_key_cannot_describe_is_refused_not_guessed():
+    from bayes_energy.models.cache import _closure_key, _Unkeyable
+
+    class Opaque:
+        pass
+
+    with pytest.raises(_Unkeyable, match="Opaque"):
+        _closure_key(_closure(Opaque(), 1))

@@ -22,13 +22,31 @@ function, the bulk of the compile, was compiled again in every process:
 
 With both, a second process that builds the same model (same graph and
 constants; ``pm.Data`` values may differ) loads the log-density from the
-cache. What is still done in every process: PyTensor's graph rewrites
-(about 5 s CPU here) and nutpie's C-callable wrapper around the cached
-function. That wrapper cannot be cached (numba keys a closure by pickling it,
-and the pickle of a numba dispatcher holds a per-process id), and numba links
-the callee's LLVM IR into it and optimises and emits the linked module
-again: about 20 s CPU of the warm compile on the reference table. See
-docs/speed.md for the numbers.
+cache.
+
+3. nutpie wraps that function in two C-callable ``numba.cfunc`` wrappers
+   (log-density + gradient; the deterministics), and numba links the
+   callee's LLVM IR into each and optimises and emits the linked module
+   again: most of a warm compile (reference table: 26.9 s warm without this,
+   3.9 s with it; ``benchmarks/results/compile.md``). numba
+   can cache a cfunc, but keys a closure by pickling its cells, and a numba
+   dispatcher's pickle holds a per-process id, so the next process never
+   found the entry. :func:`compile_nutpie` gives each wrapper a key that
+   is the same in every process: a SHA-256 over the wrapper's bytecode and
+   everything its closure reaches (nutpie's extraction function, the
+   placeholder arrays and record layout of the ``pm.Data`` values, numba
+   and LLVM types by name, and each PyTensor function by the cache key
+   PyTensor itself compiled it under),
+   numba's and nutpie's versions and numba's target (CPU) tuple. Anything the
+   walk does not know (a PyTensor function without a key, an object of an
+   unknown type) leaves that wrapper uncached. The entries live beside
+   PyTensor's, in ``<base_compiledir>/nutpie_cfunc``, and are invalidated
+   when nutpie's source file changes.
+
+What is still done in every process: PyTensor's graph rewrites (most of
+the 3.9 s left). A warm process draws exactly what a fresh compile of the
+wrappers draws (tests/test_compile_cache.py). See docs/speed.md for the
+numbers.
 
 Call it once per process **before the model is built** (PyMC calls
 ``broadcast_shape_iter`` while building random variables)::
@@ -36,16 +54,22 @@ Call it once per process **before the model is built** (PyMC calls
     from bayes_energy.models.cache import enable_compile_cache
     enable_compile_cache()
 
+and compile for nutpie through :func:`compile_nutpie` (every fit, refit and
+benchmark does).
+
 It is idempotent and cheap. ``BAYES_ENERGY_NO_COMPILE_CACHE=1`` leaves
 PyTensor untouched (the compile is then as slow as before).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
 import os
+import types
 
-__all__ = ["enable_compile_cache", "cache_dir", "digamma"]
+__all__ = ["cache_dir", "compile_nutpie", "digamma", "enable_compile_cache"]
 
 _ENABLED = False
 #: Bump when the digamma implementation below changes: it is part of the cache key.
@@ -218,3 +242,182 @@ def _install_deterministic_broadcast_checks() -> bool:
     new.__doc__ = fn.__doc__
     extra_ops.broadcast_shape_iter = new
     return True
+
+
+def compile_nutpie(model, var_names=None, **kwargs):
+    """``nutpie.compile_pymc_model`` with its two C wrappers cached between processes (module doc, 3.).
+
+    Parameters
+    ----------
+    model : pymc.Model
+    var_names : list of str, optional
+        Variables to keep in the trace (default: nutpie's).
+    **kwargs
+        Passed to ``nutpie.compile_pymc_model`` (e.g. ``backend="jax"``, which
+        this cache does not touch).
+
+    Returns
+    -------
+    nutpie compiled model
+        Same as ``nutpie.compile_pymc_model``; the draws from a cached wrapper
+        are those of a freshly compiled one (same machine code once the cache
+        is warm).
+    """
+    import nutpie
+
+    if not _ENABLED or kwargs.get("backend", "numba") != "numba":
+        return nutpie.compile_pymc_model(model, var_names=var_names, **kwargs)
+    _record_pytensor_keys()
+    with _stable_cfunc_keys(wrapper_cache_dir()):
+        return nutpie.compile_pymc_model(model, var_names=var_names, cache=True, **kwargs)
+
+
+def wrapper_cache_dir() -> str:
+    """Where :func:`compile_nutpie` keeps nutpie's compiled C wrappers on this machine."""
+    import pytensor
+
+    return str(pytensor.config.base_compiledir / "nutpie_cfunc")
+
+
+class _Unkeyable(Exception):
+    """The closure holds something :func:`_closure_key` cannot key: compile that wrapper uncached."""
+
+
+def _record_pytensor_keys() -> None:
+    """Tag each numba function PyTensor compiles with the cache key it compiled it under."""
+    from pytensor.link.numba.linker import NumbaLinker
+
+    original = getattr(NumbaLinker, "jit_compile", None)
+    if original is None or getattr(original, "_bayes_energy", False):
+        return  # another PyTensor (no key recorded: the wrappers stay uncached) or already done
+
+    def jit_compile(self, fn_and_cache):
+        fn = original(self, fn_and_cache)
+        key = fn_and_cache[1] if isinstance(fn_and_cache, tuple) and len(fn_and_cache) == 2 else None
+        if key is not None:
+            fn._bayes_energy_cache_key = key
+        return fn
+
+    jit_compile._bayes_energy = True
+    NumbaLinker.jit_compile = jit_compile
+
+
+_PLAIN = (bool, int, float, complex, str, bytes, frozenset)
+
+
+def _walk(obj, h, seen: set, depth: int = 0) -> None:
+    """Feed ``obj`` (a closure cell's content) into the hash ``h``; raise _Unkeyable on the unknown."""
+    import numpy as np
+    from llvmlite import ir as llvm_ir
+    from numba.core import types as numba_types
+    from numba.core.dispatcher import Dispatcher
+    from numba.core.extending import _Intrinsic
+
+    if depth > 40:
+        raise _Unkeyable("closure nested too deep")
+    if obj is None or obj is Ellipsis or isinstance(obj, _PLAIN + (np.generic,)):
+        h.update(repr((type(obj).__name__, obj)).encode())
+    elif isinstance(obj, types.ModuleType):
+        h.update(f"module {obj.__name__} {getattr(obj, '__version__', '')}".encode())
+    elif isinstance(obj, (tuple, list)):
+        h.update(f"{type(obj).__name__}[{len(obj)}](".encode())
+        for item in obj:
+            _walk(item, h, seen, depth + 1)
+        h.update(b")")
+    elif isinstance(obj, np.dtype):
+        h.update(repr(obj).encode())
+    elif isinstance(obj, numba_types.Type):  # numba's types are canonical: the name says it all
+        h.update(f"numba type {type(obj).__name__} {obj.name}".encode())
+    elif isinstance(obj, llvm_ir.Type):  # an LLVM type (nutpie's wrappers use i32 etc.): its IR text
+        h.update(f"llvm type {type(obj).__name__} {obj}".encode())
+    elif isinstance(obj, np.ndarray):  # baked into the wrapper as a constant: key its values too
+        h.update(repr((obj.dtype.str, obj.shape, obj.flags.c_contiguous)).encode())
+        h.update(hashlib.sha256(np.ascontiguousarray(obj).tobytes()).digest())
+    elif id(obj) in seen:
+        h.update(b"<again>")
+    elif isinstance(obj, Dispatcher):
+        seen.add(id(obj))
+        key = getattr(obj, "_bayes_energy_cache_key", None)
+        if key is not None:  # a PyTensor graph function: PyTensor's own key names it
+            h.update(f"pytensor {key}".encode())
+        elif obj.py_func.__module__.startswith("nutpie."):
+            h.update(repr(sorted(obj.targetoptions.items())).encode())
+            _walk(obj.py_func, h, seen, depth + 1)
+        else:
+            raise _Unkeyable(f"numba function {obj.py_func.__qualname__} has no cache key")
+    elif isinstance(obj, _Intrinsic):
+        seen.add(id(obj))
+        _walk(obj._defn, h, seen, depth + 1)
+    elif isinstance(obj, types.CodeType):
+        h.update(obj.co_code + repr(obj.co_names).encode())
+        for const in obj.co_consts:
+            _walk(const, h, seen, depth + 1)
+    elif isinstance(obj, types.FunctionType):
+        seen.add(id(obj))
+        h.update(f"{obj.__module__}.{obj.__qualname__}".encode())
+        _walk(obj.__code__, h, seen, depth + 1)
+        _walk(obj.__defaults__, h, seen, depth + 1)
+        for name in obj.__code__.co_names:  # the globals it reads (modules, nutpie's intrinsics)
+            if name in obj.__globals__:
+                h.update(name.encode())
+                _walk(obj.__globals__[name], h, seen, depth + 1)
+        for cell in obj.__closure__ or ():
+            _walk(cell.cell_contents, h, seen, depth + 1)
+    else:
+        raise _Unkeyable(f"cannot key a {type(obj).__name__}")
+
+
+def _closure_key(func) -> str:
+    """A key for a nutpie wrapper that is the same in every process that builds the same model."""
+    import numba
+    import nutpie
+
+    h = hashlib.sha256(f"numba {numba.__version__} nutpie {nutpie.__version__}".encode())
+    _walk(func, h, set())
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _stable_cfunc_keys(path: str):
+    """While active, ``numba.cfunc(..., cache=True)`` keys a wrapper by :func:`_closure_key`, under ``path``."""
+    from numba.core import caching
+    from numba.core.ccallback import CFunc
+
+    class Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
+        def __init__(self, py_func, py_file):
+            self._py_file = py_file
+            self._lineno = py_func.__code__.co_firstlineno
+
+        def get_cache_path(self):
+            return path
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            return cls(py_func, py_file)
+
+    class Impl(caching.CompileResultCacheImpl):
+        _locator_classes = (Locator,)
+
+    class Cache(caching.FunctionCache):
+        _impl_class = Impl
+
+        def __init__(self, py_func, key):
+            self._key = key
+            super().__init__(py_func)
+
+        def _index_key(self, sig, codegen):
+            return (sig, codegen.magic_tuple(), ("bayes_energy", self._key))
+
+    def enable_caching(cfunc):
+        try:
+            key = _closure_key(cfunc._pyfunc)
+        except _Unkeyable:
+            return  # compiled as before, not cached
+        cfunc._cache = Cache(cfunc._pyfunc, key)
+
+    original = CFunc.enable_caching
+    CFunc.enable_caching = enable_caching
+    try:
+        yield
+    finally:
+        CFunc.enable_caching = original

@@ -35,6 +35,7 @@ import arviz as az
 import pandas as pd
 
 from . import DRAWS, TUNE, default_config
+from .cache import compile_nutpie
 from .spec import ModelSpec, cell_labels, group_keys
 
 __all__ = ["CompiledModel", "compile_model", "refit"]
@@ -87,8 +88,6 @@ def compile_model(spec_or_name: ModelSpec | str, df: pd.DataFrame, config: dict 
     -------
     CompiledModel
     """
-    import nutpie
-
     from .build import build_model
     from .sample import kept_vars
 
@@ -105,7 +104,7 @@ def compile_model(spec_or_name: ModelSpec | str, df: pd.DataFrame, config: dict 
         levels = None
     spec = ModelSpec.from_table(df, name, cfg, levels=levels)
     model = build_model(spec, df)
-    compiled = nutpie.compile_pymc_model(model, var_names=kept_vars(model))
+    compiled = compile_nutpie(model, var_names=kept_vars(model))
     return CompiledModel(name=name, config=cfg, levels=spec.config["levels"], compiled=compiled,
                          compile_s=time.perf_counter() - t0)
 

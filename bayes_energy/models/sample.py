@@ -21,6 +21,7 @@ import xarray as xr
 from .. import __version__
 from . import DRAWS, TUNE, default_config
 from .build import build_model
+from .cache import compile_nutpie
 from .io import table_hash
 from .spec import ModelSpec
 
@@ -83,7 +84,7 @@ def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = DRAWS, t
         import nutpie
 
         if compiled is None:
-            compiled = nutpie.compile_pymc_model(model, var_names=kept_vars(model))
+            compiled = compile_nutpie(model, var_names=kept_vars(model))
         idata = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, seed=seed,
                               progress_bar=progress, cores=min(chains, 2), **nuts_settings(target_accept))
         return idata
