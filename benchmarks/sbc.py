@@ -70,8 +70,12 @@ def sbc_design(n_configs: int = 4, seed: int = 0) -> pd.DataFrame:
 
 
 def run(reps: int = 100, draws: int = 200, tune: int = 200, chains: int = 2, thin: int = 4, seed: int = 2026,
-        n_configs: int = 4, model: str = "hierarchical", out: Path | None = None, log=print) -> pd.DataFrame:
-    """Run ``reps`` SBC replications; write the outputs; return the summary table."""
+        n_configs: int = 4, model: str = "hierarchical", out: Path | None = None, log=print,
+        target_accept: float | None = None) -> pd.DataFrame:
+    """Run ``reps`` SBC replications; write the outputs; return the summary table.
+
+    ``target_accept`` overrides the package's NUTS target acceptance (``nuts_settings``).
+    """
     import nutpie
     from bayes_energy.models.cache import compile_nutpie
     from scipy.stats import chisquare
@@ -105,7 +109,7 @@ def run(reps: int = 100, draws: int = 200, tune: int = 200, chains: int = 2, thi
             warnings.simplefilter("ignore")
             idata = nutpie.sample(compiled.with_data(**data), draws=draws, tune=tune, chains=chains,
                                   cores=min(chains, 2), seed=int(rng.integers(2**31)), progress_bar=False,
-                                  **nuts_settings())
+                                  **nuts_settings(target_accept))
         post = idata.posterior
         div = int(idata.sample_stats["diverging"].sum())
         for var, idx, label in PARAMS:
@@ -179,12 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="hierarchical")
     p.add_argument("--quick", action="store_true", help="5 replications, 100 draws (smoke test)")
     p.add_argument("--out", default=None)
+    p.add_argument("--target-accept", type=float, default=None,
+                   help="NUTS target acceptance (default: the package's, bayes_energy.models.sample.TARGET_ACCEPT)")
     a = p.parse_args(argv)
     if a.quick:
         a.reps, a.draws, a.tune, a.thin = min(a.reps, 5), 100, 100, 2
     warnings.filterwarnings("ignore", category=FutureWarning)
     run(reps=a.reps, draws=a.draws, tune=a.tune, chains=a.chains, thin=a.thin, seed=a.seed, model=a.model,
-        out=a.out, log=lambda s: print(s, flush=True))
+        out=a.out, log=lambda s: print(s, flush=True), target_accept=a.target_accept)
     return 0
 
 
