@@ -106,6 +106,24 @@ def test_the_wrapper_key_is_stable_and_follows_what_the_wrapper_bakes_in():
     assert base != _closure_key(_closure(np.arange(3.0), 3))
 
 
+def test_a_set_in_the_closure_gets_the_same_key_whatever_the_process_hash_seed():
+    # a frozenset iterates in string-hash order, which Python randomises per process
+    code = (
+        "from bayes_energy.models.cache import _closure_key\n"
+        "names = frozenset(f'x{i}' for i in range(20))\n"
+        "def wrapper(x):\n    return x if 'x3' in names else -x\n"
+        "print(_closure_key(wrapper))"
+    )
+    keys = {
+        subprocess.run(
+            [sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        for seed in ("1", "2", "3")
+    }
+    assert len(keys) == 1, keys
+
+
 def test_a_closure_the_key_cannot_describe_is_refused_not_guessed():
     from bayes_energy.models.cache import _closure_key, _Unkeyable
 

@@ -64,6 +64,7 @@ PyTensor untouched (the compile is then as slow as before).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
 import os
@@ -302,21 +303,39 @@ def _record_pytensor_keys() -> None:
     NumbaLinker.jit_compile = jit_compile
 
 
-_PLAIN = (bool, int, float, complex, str, bytes, frozenset)
+_PLAIN = (bool, int, float, complex, str, bytes)
 
 
-def _walk(obj, h, seen: set, depth: int = 0) -> None:
-    """Feed ``obj`` (a closure cell's content) into the hash ``h``; raise _Unkeyable on the unknown."""
+@functools.cache
+def _kinds():
+    """The library classes :func:`_walk` tells apart (imported once, on first use)."""
     import numpy as np
     from llvmlite import ir as llvm_ir
     from numba.core import types as numba_types
     from numba.core.dispatcher import Dispatcher
     from numba.core.extending import _Intrinsic
 
+    return types.SimpleNamespace(
+        np=np, llvm_type=llvm_ir.Type, numba_type=numba_types.Type, Dispatcher=Dispatcher, Intrinsic=_Intrinsic
+    )
+
+
+def _walk(obj, h, seen: set, depth: int = 0) -> None:
+    """Feed ``obj`` (a closure cell's content) into the hash ``h``; raise _Unkeyable on the unknown."""
+    k = _kinds()
+    np, Dispatcher, _Intrinsic = k.np, k.Dispatcher, k.Intrinsic
+
     if depth > 40:
         raise _Unkeyable("closure nested too deep")
     if obj is None or obj is Ellipsis or isinstance(obj, _PLAIN + (np.generic,)):
         h.update(repr((type(obj).__name__, obj)).encode())
+    elif isinstance(obj, frozenset):  # iteration order follows string hashing, which differs per process
+        items = []
+        for item in obj:
+            sub = hashlib.sha256()
+            _walk(item, sub, set(seen), depth + 1)
+            items.append(sub.digest())
+        h.update(f"frozenset[{len(obj)}](".encode() + b"".join(sorted(items)) + b")")
     elif isinstance(obj, types.ModuleType):
         h.update(f"module {obj.__name__} {getattr(obj, '__version__', '')}".encode())
     elif isinstance(obj, (tuple, list)):
@@ -326,9 +345,9 @@ def _walk(obj, h, seen: set, depth: int = 0) -> None:
         h.update(b")")
     elif isinstance(obj, np.dtype):
         h.update(repr(obj).encode())
-    elif isinstance(obj, numba_types.Type):  # numba's types are canonical: the name says it all
+    elif isinstance(obj, k.numba_type):  # numba's types are canonical: the name says it all
         h.update(f"numba type {type(obj).__name__} {obj.name}".encode())
-    elif isinstance(obj, llvm_ir.Type):  # an LLVM type (nutpie's wrappers use i32 etc.): its IR text
+    elif isinstance(obj, k.llvm_type):  # an LLVM type (nutpie's wrappers use i32 etc.): its IR text
         h.update(f"llvm type {type(obj).__name__} {obj}".encode())
     elif isinstance(obj, np.ndarray):  # baked into the wrapper as a constant: key its values too
         h.update(repr((obj.dtype.str, obj.shape, obj.flags.c_contiguous)).encode())
