@@ -65,3 +65,55 @@ def test_numpy_predictive_has_the_spread_of_pymcs_for_every_strategy(both, var):
     for s in np.unique(A["strategy_idx"]):
         r = np.median(ratio[A["strategy_idx"] == s])
         assert 0.93 < r < 1.07, (s, r)
+
+
+@pytest.fixture(scope="module")
+def pymc_log_likelihood(small_fit):
+    import pymc as pm
+
+    from bayes_energy.models.build import build_model
+    from bayes_energy.models.io import load_spec, training_table
+
+    idata, _ = small_fit
+    spec, df = load_spec(idata), training_table(idata)
+    import arviz as az
+
+    post = az.InferenceData(posterior=idata.posterior)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with build_model(spec, df):
+            ll = pm.compute_log_likelihood(post, var_names=["log_energy", "log_time", "log_eta"], progressbar=False,
+                                           extend_inferencedata=False, compile_kwargs={"mode": "FAST_COMPILE"})
+    return ll, idata
+
+
+@pytest.mark.parametrize("var", ["log_energy", "log_time", "log_eta"])
+def test_the_fits_log_likelihood_is_pymcs_pointwise(pymc_log_likelihood, var):
+    # the fit writes the numpy log-likelihood (models/predictive.py); LOO and the report read it
+    ref, idata = pymc_log_likelihood
+    ours = idata.log_likelihood[var]
+    assert ours.dims == ref[var].dims and ours.shape == ref[var].shape
+    np.testing.assert_allclose(ours.to_numpy(), ref[var].to_numpy(), rtol=1e-9, atol=1e-9)
+
+
+def test_the_fits_predictive_groups_have_pymcs_layout(small_fit):
+    idata, _ = small_fit
+    obs, pp = idata.observed_data, idata.posterior_predictive
+    for var, dim in (("log_energy", "run"), ("log_time", "run"), ("log_eta", "curve_run")):
+        assert pp[var].dims == ("chain", "draw", dim)
+        assert pp[var].shape[2] == obs[var].shape[0] > 0
+        assert np.isfinite(pp[var]).all()
+    assert {"X", "cell_idx", "strategy_idx", "curve_rows", "log_energy_obs"} <= set(idata.constant_data.data_vars)
+
+
+@pytest.mark.parametrize("nu", [None, 1.5, 4.0, 30.0])
+def test_student_t_logpdf_is_scipys(nu):
+    from scipy import stats
+
+    from bayes_energy.models.predictive import student_t_logpdf
+
+    rng = np.random.default_rng(0)
+    y, loc, scale = rng.normal(size=7), rng.normal(size=(3, 7)), rng.uniform(0.05, 2.0, size=(3, 7))
+    ours = student_t_logpdf(y, None if nu is None else np.full(3, nu), loc, scale)
+    ref = stats.norm.logpdf(y, loc, scale) if nu is None else stats.t.logpdf(y, nu, loc, scale)
+    np.testing.assert_allclose(ours, ref, rtol=1e-12)

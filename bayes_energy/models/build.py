@@ -20,9 +20,10 @@ import pytensor.tensor as pt
 from .cache import enable_compile_cache
 from .curves import CURVES
 from .law import ETA_COLUMN, block_mean, log_eta_from_curves
+from .predictive import curve_rows
 from .spec import ModelSpec, by_coef
 
-__all__ = ["build_model", "model_data", "BLOCKS"]
+__all__ = ["build_model", "model_data", "data_dims", "BLOCKS"]
 
 #: The two outcome blocks: energy and time.
 BLOCKS = ("E", "T")
@@ -32,7 +33,7 @@ def model_data(spec: ModelSpec, df: pd.DataFrame) -> dict[str, np.ndarray]:
     """The ``pm.Data`` values for a training table (names as in the model)."""
     A = spec.arrays(df)
     known = np.isfinite(A["log_eta_obs"])
-    curve_rows = np.flatnonzero(known & (A["curve"] > 0) & (A["n_gpus"] > 1))
+    rows = curve_rows(A)
     data = {
         "X": A["X"],
         "Z": A["Z"],
@@ -42,8 +43,8 @@ def model_data(spec: ModelSpec, df: pd.DataFrame) -> dict[str, np.ndarray]:
         "n_gpus": A["n_gpus"],
         "curve": A["curve"],
         "eta_known": known.astype(float),
-        "curve_rows": curve_rows.astype("int64"),
-        "log_eta_curve_obs": A["log_eta_obs"][curve_rows],
+        "curve_rows": rows.astype("int64"),
+        "log_eta_curve_obs": A["log_eta_obs"][rows],
         "log_energy_obs": A["log_energy"],
         "log_time_obs": A["log_time"],
     }
@@ -52,7 +53,8 @@ def model_data(spec: ModelSpec, df: pd.DataFrame) -> dict[str, np.ndarray]:
     return data
 
 
-def _dims(name: str) -> tuple[str, ...]:
+def data_dims(name: str) -> tuple[str, ...]:
+    """Dims of the model's pm.Data ``name``."""
     return {
         "X": ("run", "coef"),
         "Z": ("run", "curve_coef"),
@@ -168,7 +170,7 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
     tau = by_coef(pri["tau_coef"], coords["coef"])
     whitening = cell_whitening(values, tau, len(coords["cell"])) if partial and cfg.get("whiten") else None
     with pm.Model(coords=coords) as model:
-        D = {k: pm.Data(k, v, dims=_dims(k)) for k, v in values.items()}
+        D = {k: pm.Data(k, v, dims=data_dims(k)) for k, v in values.items()}
         A = dict(D)
         P: dict = {}
         ncell = len(coords["cell"])

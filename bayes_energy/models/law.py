@@ -150,7 +150,12 @@ def curve_theta(P, A, m):
     if "curve_beta" in P:
         beta = P["curve_beta"]
         if beta.ndim > P["curve_cell"].ndim:  # per cell (..., cell, curve_coef, param)
-            theta = theta + m.sum(A["Z"][:, :, None] * m.take(beta, A["cell_idx"], axis=-3), axis=-2)
+            # z_r (x) onehot_r: (run, cell * curve_coef), so that a row picks its own cell's slopes in one
+            # matrix product (gathering a (coef, param) block per row cost ~40 % of a gradient evaluation)
+            zc = A["Z"][:, None, :] * A["cell_onehot"][:, :, None]
+            zc = m.reshape(zc, (zc.shape[0], -1))
+            flat = m.reshape(beta, (*beta.shape[:-3], -1, beta.shape[-1]))
+            theta = theta + m.matmul(zc, flat)
         else:
             theta = theta + m.matmul(A["Z"], beta)
     return theta

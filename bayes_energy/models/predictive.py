@@ -39,7 +39,7 @@ import numpy as np
 
 from .law import block_mean, log_eta_from_curves
 
-__all__ = ["standard_variates", "scatter_rows", "eta_scale", "log_eta_draws", "noise_scale", "energy_time_draws", "energy_loc_scale", "rng_noise",
+__all__ = ["student_t_logpdf", "curve_rows", "pointwise_log_likelihood", "posterior_predictive_draws", "standard_variates", "scatter_rows", "eta_scale", "log_eta_draws", "noise_scale", "energy_time_draws", "energy_loc_scale", "rng_noise",
            "spec_shift", "PLACED"]
 
 Noise = Callable[[str, int], np.ndarray]
@@ -175,6 +175,61 @@ def spec_shift(P: Mapping, A: Mapping, log_eta: np.ndarray, log_e: np.ndarray, l
     for b, out in (("E", log_e), ("T", log_t)):
         moved = np.log(f * np.exp(P[f"place_work_{b}"][:, c]) + 1.0 - f) + P[f"place_stray_{b}"][:, c]
         out[:, rows] += moved.astype(out.dtype, copy=False)
+
+
+def student_t_logpdf(y: np.ndarray, nu: np.ndarray | None, loc: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Log density of a Student-t (``nu`` None: normal), PyMC's formula, broadcast over (sample, run)."""
+    from scipy.special import gammaln
+
+    z = (y - loc) / scale
+    if nu is None:
+        return -0.5 * z**2 - np.log(scale) - 0.5 * np.log(2.0 * np.pi)
+    nu = np.asarray(nu)[..., None]
+    return (gammaln((nu + 1.0) / 2.0) - gammaln(nu / 2.0) - 0.5 * np.log(np.pi * nu) - np.log(scale)
+            - (nu + 1.0) / 2.0 * np.log1p(z**2 / nu))
+
+
+def curve_rows(A: Mapping) -> np.ndarray:
+    """Positions of the runs whose measured efficiency informs the speedup curves (``log_eta``'s rows in the model)."""
+    return np.flatnonzero(np.isfinite(A["log_eta_obs"]) & (A["curve"] > 0) & (A["n_gpus"] > 1))
+
+
+def _locations(P: Mapping, A: Mapping) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The likelihood's locations (sample, ...): ln efficiency on the curve rows, ln energy, ln time given ln energy."""
+    rows = curve_rows(A)
+    curves = log_eta_from_curves(P, A, np)
+    log_eta = curves.copy()
+    known = np.isfinite(A["log_eta_obs"])
+    log_eta[:, known] = A["log_eta_obs"][known]
+    log_e, log_t = energy_time_draws(P, A, log_eta, log_energy_obs=A["log_energy"])
+    return curves[:, rows], log_e, log_t
+
+
+def pointwise_log_likelihood(P: Mapping, A: Mapping) -> dict[str, np.ndarray]:
+    """The model's pointwise log-likelihood (sample, ...) of ``log_eta`` (curve rows), ``log_energy`` and ``log_time``.
+
+    The densities :func:`bayes_energy.models.build.build_model` states, in numpy: what
+    ``pm.compute_log_likelihood`` returns (``tests/test_predictive.py`` checks them equal), without
+    compiling a PyTensor function for them (15 s of a cold first fit, docs/speed.md section 6).
+    """
+    rows = curve_rows(A)
+    eta_loc, log_e, log_t = _locations(P, A)
+    return {
+        "log_eta": student_t_logpdf(A["log_eta_obs"][rows], P.get("eta_nu"), eta_loc, eta_scale(P, A, rows)),
+        "log_energy": student_t_logpdf(A["log_energy"], P["E_nu"], log_e, noise_scale(P, "E_sigma", A)),
+        "log_time": student_t_logpdf(A["log_time"], P["T_nu"], log_t, noise_scale(P, "T_sigma", A)),
+    }
+
+
+def posterior_predictive_draws(P: Mapping, A: Mapping, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """One replicate (sample, ...) of each observed variable per draw, as ``pm.sample_posterior_predictive``
+    draws them from the built model: the measured efficiencies and, for time, the measured energy given."""
+    rows = curve_rows(A)
+    eta_loc, log_e, log_t = _locations(P, A)
+    out = {"log_eta": eta_loc + eta_scale(P, A, rows) * standard_variates(P, "eta", rng, rows.size)}
+    out["log_energy"] = log_e + noise_scale(P, "E_sigma", A) * standard_variates(P, "E", rng, log_e.shape[1])
+    out["log_time"] = log_t + noise_scale(P, "T_sigma", A) * standard_variates(P, "T", rng, log_t.shape[1])
+    return out
 
 
 def standard_variates(P: Mapping, kind: str, rng: np.random.Generator, k: int, dtype=np.float64) -> np.ndarray:

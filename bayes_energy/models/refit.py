@@ -146,8 +146,7 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
     arviz.InferenceData
         ``posterior`` and ``sample_stats`` with provenance and the
         ``training_table`` group (no log-likelihood or predictive groups:
-        those need the PyMC model, see
-        :func:`bayes_energy.models.sample.add_predictive`).
+        :func:`bayes_energy.models.sample.add_predictive` adds them from the spec and the table).
 
     Raises
     ------

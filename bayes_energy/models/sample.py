@@ -14,13 +14,14 @@ import json
 import warnings
 
 import arviz as az
+import numpy as np
 import pandas as pd
 import pymc as pm
 import xarray as xr
 
 from .. import __version__
 from . import DRAWS, TUNE, default_config
-from .build import build_model
+from .build import build_model, data_dims, model_data
 from .cache import compile_nutpie
 from .io import table_hash
 from .spec import ModelSpec
@@ -167,22 +168,51 @@ def fit(df: pd.DataFrame, model: str = "hierarchical", config: dict | None = Non
     idata = sample_model(pm_model, sampler=sampler, draws=draws, tune=tune, chains=chains, seed=seed,
                          progress=progress, target_accept=target_accept)
     if predictive:
-        add_predictive(idata, pm_model, seed=seed, progress=progress)
+        add_predictive(idata, spec, df, seed=seed)
     return attach_provenance(idata, spec, df)
 
 
-def add_predictive(idata: az.InferenceData, pm_model: pm.Model, seed: int | None = None,
-                   progress: bool = False) -> az.InferenceData:
-    """Add log-likelihood, posterior predictive, observed and constant data from the model."""
-    with pm_model, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        pm.compute_log_likelihood(idata, var_names=["log_energy", "log_time", "log_eta"], progressbar=False,
-                                  extend_inferencedata=True)
-        ppc = pm.sample_posterior_predictive(idata, var_names=["log_energy", "log_time", "log_eta"],
-                                             random_seed=seed, progressbar=progress)
-    for group in ("posterior_predictive", "observed_data", "constant_data"):
-        if group in ppc.groups():
-            if group in idata.groups():
-                del idata[group]
-            idata.add_groups({group: ppc[group]})
+def add_predictive(idata: az.InferenceData, spec: ModelSpec, df: pd.DataFrame,
+                   seed: int | None = None) -> az.InferenceData:
+    """Add log-likelihood, posterior predictive, observed and constant data to a fit of ``spec`` on ``df``.
+
+    The pointwise log-likelihood and the replicates come from the model's numpy half
+    (:func:`~bayes_energy.models.predictive.pointwise_log_likelihood`,
+    :func:`~bayes_energy.models.predictive.posterior_predictive_draws`), equal to what
+    ``pm.compute_log_likelihood`` and ``pm.sample_posterior_predictive`` give on the built model
+    (``tests/test_predictive.py``) but without compiling two more PyTensor functions: 19 s of a
+    first fit on a new machine, ~3 s of every later one (docs/speed.md, section 6).
+    """
+    from .io import sample_array
+    from .predictive import pointwise_log_likelihood, posterior_predictive_draws
+
+    post = idata.posterior
+    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
+    P = {k: sample_array(post[k]) for k in post.data_vars}
+    A = spec.arrays(df)
+    values = model_data(spec, df)
+    observed = {"log_energy": values["log_energy_obs"], "log_time": values["log_time_obs"],
+                "log_eta": values["log_eta_curve_obs"]}
+    dims = {"log_energy": "run", "log_time": "run", "log_eta": "curve_run"}
+    coords = {"chain": post["chain"].to_numpy(), "draw": post["draw"].to_numpy(),
+              "run": np.arange(len(df)), "curve_run": np.arange(len(values["curve_rows"]))}
+
+    def dataset(arrays: dict) -> xr.Dataset:
+        return xr.Dataset({k: (("chain", "draw", dims[k]), a.reshape(n_chain, n_draw, -1)) for k, a in arrays.items()},
+                          coords=coords)
+
+    groups = {
+        "log_likelihood": dataset(pointwise_log_likelihood(P, A)),
+        "posterior_predictive": dataset(posterior_predictive_draws(P, A, np.random.default_rng(seed))),
+        "observed_data": xr.Dataset({k: (dims[k], v) for k, v in observed.items()},
+                                    coords={"run": coords["run"], "curve_run": coords["curve_run"]}),
+        "constant_data": xr.Dataset({k: (data_dims(k), v) for k, v in values.items()
+                                     if k not in ("log_time_obs", "log_eta_curve_obs")},
+                                    coords={**spec.coords, "run": coords["run"], "curve_run": coords["curve_run"]}),
+    }
+    for group, ds in groups.items():
+        ds.attrs.update({"inference_library": "bayes_energy (numpy)", "created_by": f"bayes_energy {__version__}"})
+        if group in idata.groups():
+            del idata[group]
+        idata.add_groups({group: ds})
     return idata
