@@ -273,6 +273,21 @@ def test_posterior_from_another_version_lacking_config_is_refused_naming_it(post
     assert "written by bayes_energy 0.0.1" in line and "levels" in line and "refit" in line
 
 
+def test_posterior_saved_before_the_noise_prior_key_loads_as_the_half_normal_fit_it_was(posterior_copy):
+    from bayes_energy.models.io import load
+
+    def drop(idata):
+        cfg = json.loads(idata.posterior.attrs["bayes_energy_config"])
+        del cfg["priors"]["noise_prior"], cfg["priors"]["noise_alpha"]
+        idata.posterior.attrs["bayes_energy_config"] = json.dumps(cfg)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, spec, model = load(posterior_copy(drop), rebuild=True)
+    assert spec.config["priors"]["noise_prior"] == "halfnormal"
+    assert type(model["E_sigma"].owner.op).__name__ == "HalfNormalRV"
+
+
 def test_posterior_from_another_version_warns_and_an_edited_table_is_refused(posterior_copy):
     from bayes_energy.models.io import PosteriorFileError, VersionWarning, load
 

@@ -203,3 +203,20 @@ def test_efficiency_scatter_is_student_t_by_default_and_a_bad_choice_is_refused(
     assert np.mean(np.abs(z) > 4) > 0.01  # a normal puts 6e-5 there, t_2.5 about 0.02
     with pytest.raises(ValueError, match="eta_noise must be 'normal' or 'student_t'"):
         build_model(ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", {"eta_noise": "laplace"})), table)
+
+
+def test_noise_scales_have_a_zero_avoiding_prior_with_the_half_normals_mean(spec, table):
+    """No repeated run reproduces its energy exactly: the noise scales' prior puts almost nothing near 0."""
+    from bayes_energy.models.pooled import PRIORS
+
+    model = build_model(spec, table)
+    draws = pm.draw([model["E_sigma"], model["eta_sigma"]], draws=20_000, random_seed=1)
+    for d, scale in zip(draws, (PRIORS["sigma"], PRIORS["eta_sigma"])):
+        assert abs(d.mean() / (scale * np.sqrt(2 / np.pi)) - 1) < 0.03  # the half-normal's mean, kept
+        assert np.mean(d < 0.01) < 0.003  # a half-normal of that scale puts 1.6 % there
+    old = {"priors": {**PRIORS, "noise_prior": "halfnormal"}}
+    half = build_model(ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", old)), table)
+    assert type(half["T_sigma"].owner.op).__name__ == "HalfNormalRV"
+    bad = {"priors": {**PRIORS, "noise_prior": "exponential"}}
+    with pytest.raises(ValueError, match="noise_prior must be 'gamma' or 'halfnormal'"):
+        build_model(ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", bad)), table)

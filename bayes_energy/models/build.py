@@ -137,6 +137,25 @@ def _whitened_cell_effects(name, mu, tau, W):
     return pm.Deterministic(name, pt.matmul(pt.as_tensor(W), gamma[..., None])[..., 0], dims=("cell", "coef"))
 
 
+def _noise_scale(name: str, scale: float, pri: dict, dims):
+    r"""A noise scale (``E_sigma``, ``T_sigma``, ``eta_sigma``): Gamma(:math:`a`, :math:`a/m`) or HalfNormal(``scale``).
+
+    ``priors.noise_prior`` = ``"gamma"`` (default): shape :math:`a` = ``priors.noise_alpha`` (2) and
+    the half-normal's mean :math:`m = s\sqrt{2/\pi}`, so the same scale but no mass piled at 0: no
+    repeated GPU run reproduces its energy or time exactly, and a strategy with few runs in a cell
+    let a half-normal's scale fall towards 0, a funnel (SBC replications with 32 and 97 divergent
+    draws, all at ``E_sigma[single]`` near 0; docs/speed.md section 8). ``"halfnormal"``: the
+    prior before 2026-12-06 (and of posteriors saved without the key).
+    """
+    kind = pri.get("noise_prior", "halfnormal")
+    if kind == "gamma":
+        a = pri["noise_alpha"]
+        return pm.Gamma(name, alpha=a, beta=a / (scale * np.sqrt(2.0 / np.pi)), dims=dims)
+    if kind != "halfnormal":
+        raise ValueError(f"priors.noise_prior must be 'gamma' or 'halfnormal', got {kind!r}")
+    return pm.HalfNormal(name, sigma=scale, dims=dims)
+
+
 def _student_nu(block: str, pri: dict):
     """Student-t degrees of freedom ``<block>_nu`` = ``nu_min`` + Gamma(``nu_alpha``, ``nu_beta``) (every noise term's prior)."""
     return pm.Deterministic(f"{block}_nu", pri.get("nu_min", 0.0)
@@ -224,7 +243,7 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
                 full = pt.set_subtensor(full[:, spec.curve_moved_index], main)
                 P["curve_beta"] = pm.Deterministic("curve_beta", full, dims=("curve_coef", "curve_param"))
         eta_curve = pm.Deterministic("log_eta_curve", log_eta_from_curves(P, A, pt), dims="run")
-        eta_sigma = pm.HalfNormal("eta_sigma", sigma=pri["eta_sigma"], dims="strategy_multi")
+        eta_sigma = _noise_scale("eta_sigma", pri["eta_sigma"], pri, "strategy_multi")
         rows = A["curve_rows"]
         eta_kw = dict(mu=eta_curve[rows], sigma=eta_sigma[A["strategy_idx"][rows] - 1],
                       observed=A["log_eta_curve_obs"], dims="curve_run")
@@ -240,14 +259,14 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
 
         noise_dims = "strategy" if cfg["noise_by"] == "strategy" else None
         mu_E = block_mean(P, "E", A, log_eta_used, pt)
-        sigma_E = pm.HalfNormal("E_sigma", sigma=pri["sigma"], dims=noise_dims)
+        sigma_E = _noise_scale("E_sigma", pri["sigma"], pri, noise_dims)
         nu_E = _student_nu("E", pri)
         sE = sigma_E[A["strategy_idx"]] if noise_dims else sigma_E
         pm.StudentT("log_energy", nu=nu_E, mu=mu_E, sigma=sE, observed=A["log_energy_obs"], dims="run")
 
         lam = pm.Normal("T_on_E_resid", 0.0, pri["time_on_energy_sigma"])
         mu_T = block_mean(P, "T", A, log_eta_used, pt) + lam * (A["log_energy_obs"] - mu_E)
-        sigma_T = pm.HalfNormal("T_sigma", sigma=pri["sigma"], dims=noise_dims)
+        sigma_T = _noise_scale("T_sigma", pri["sigma"], pri, noise_dims)
         nu_T = _student_nu("T", pri)
         sT = sigma_T[A["strategy_idx"]] if noise_dims else sigma_T
         pm.StudentT("log_time", nu=nu_T, mu=mu_T, sigma=sT, observed=A["log_time_obs"], dims="run")

@@ -16,7 +16,11 @@ and the second-order terms :math:`q_{rj} = z_{rj}^2 - \overline{z_j^2}` of the s
     \ln\eta_r &\sim \mathrm{StudentT}\big(\nu_\eta, \ln S(N_r;\theta_r) - \ln N_r,\ \sigma^\eta_{s}\big), \qquad
     \theta_{rp} = \theta^{cell}_{cp} + z_r^\top\gamma_{c p}, \qquad
     \theta^{cell}_{cp} \sim \mathcal N(\mu^c_p, \tau_c^2), \qquad
-    \gamma_{cp} \sim \mathcal N(\gamma_p, \tau_\gamma^2).
+    \gamma_{cp} \sim \mathcal N(\gamma_p, \tau_\gamma^2), \qquad
+    \sigma_s, \sigma^T_s, \sigma^\eta_s \sim \mathrm{Gamma}\big(2,\ 2 / (0.5\sqrt{2/\pi})\big).
+
+The noise scales' Gamma prior has the mean of the half-normal(0.5) it replaced but no mass piled at
+zero (``priors.noise_prior``, :func:`bayes_energy.models.build._noise_scale`).
 
 Why second-order terms: the roofline is a sum, :math:`E = \varepsilon_C C + \varepsilon_M M + E_0`,
 so :math:`\ln E` is a log-sum-exp of the log proxies, curved where the law's power form is

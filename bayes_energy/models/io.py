@@ -80,6 +80,11 @@ def sample_array(da) -> np.ndarray:
     return arr.reshape((-1,) + arr.shape[2:])
 
 
+#: Prior keys added after posteriors were already being saved, with the value that a file written
+#: without them was fitted under (the noise scales were half-normal before 2026-12-06).
+PRIORS_OF_OLDER_FILES = {"noise_prior": "halfnormal", "noise_alpha": 2.0}
+
+
 def load_spec(idata: az.InferenceData, source: str = "posterior") -> ModelSpec:
     """Rebuild the :class:`ModelSpec` from a posterior's attrs, checking its config.
 
@@ -103,6 +108,9 @@ def load_spec(idata: az.InferenceData, source: str = "posterior") -> ModelSpec:
     if name not in MODELS or not isinstance(config, dict):
         raise PosteriorFileError(f"{source}: unknown model {name!r} (written by bayes_energy {written_by}); "
                                  f"this version knows {', '.join(MODELS)}")
+    if isinstance(config.get("priors"), dict):
+        for k, v in PRIORS_OF_OLDER_FILES.items():  # keys added later, whose absence means the earlier prior
+            config["priors"].setdefault(k, v)
     need = set(MODELS[name]) | {"levels", "centre", "scale"}
     missing = sorted(need - set(config))
     missing += sorted(f"priors.{k}" for k in set(MODELS[name]["priors"]) - set(config.get("priors") or {}))

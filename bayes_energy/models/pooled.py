@@ -71,6 +71,10 @@ PRIORS = {
     "cell_shares": [0.4, 0.4, 0.2],
     "eta_sigma": 0.5,
     "sigma": 0.5,
+    # noise scales (E_sigma, T_sigma, eta_sigma): Gamma(noise_alpha, .) with the half-normal's mean, zero-avoiding
+    # (build._noise_scale: a half-normal's mode at 0 made a funnel where a strategy has few runs in a cell)
+    "noise_prior": "gamma",
+    "noise_alpha": 2.0,
     # Hardware placed by its specifications (hierarchical, spec_placement; predict.place_by_specs,
     # models.predictive.spec_shift). Fixed from physics before any held-out GPU was looked at: the
     # work-bound part of a run's time scales with the spec-sheet 1/FLOP/s and 1/bandwidth, its energy
