@@ -69,12 +69,13 @@ def sbc_design(n_configs: int = 4, seed: int = 0) -> pd.DataFrame:
     return simulated_design(n_configs=n_configs, n_gpus=(2, 4, 8), seed=seed)
 
 
-def run(reps: int = 100, draws: int = 200, tune: int = 400, chains: int = 2, thin: int = 4, seed: int = 2026,
+def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int = 2, thin: int = 4, seed: int = 2026,
         n_configs: int = 4, model: str = "hierarchical", out: Path | None = None, log=print,
         target_accept: float | None = None) -> pd.DataFrame:
     """Run ``reps`` SBC replications; write the outputs; return the summary table.
 
-    ``target_accept`` overrides the package's NUTS target acceptance (``nuts_settings``).
+    ``tune`` defaults to the package's own tuning length (``bayes_energy.models.TUNE``): at 200 a funnel
+    that 400 shows stayed hidden (docs/speed.md section 8). ``target_accept`` overrides the package's NUTS target acceptance (``nuts_settings``).
     """
     import nutpie
     from bayes_energy.models.cache import compile_nutpie
@@ -90,7 +91,10 @@ def run(reps: int = 100, draws: int = 200, tune: int = 400, chains: int = 2, thi
         simulate_from_params,
     )
 
+    from bayes_energy.models import TUNE
     from bayes_energy.models.sample import nuts_settings
+
+    tune = TUNE if tune is None else tune
     t_start = time.perf_counter()
     design = sbc_design(n_configs, seed)
     spec = design_spec(design, model)
@@ -176,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--draws", type=int, default=200)
-    # the package's own tuning length (models.TUNE): at 200 a funnel that 400 shows stayed hidden (docs/speed.md section 8)
-    p.add_argument("--tune", type=int, default=400)
+    p.add_argument("--tune", type=int, default=None, help="tuning steps (default: the package's, bayes_energy.models.TUNE)")
     p.add_argument("--chains", type=int, default=2)
     p.add_argument("--thin", type=int, default=4)
     p.add_argument("--seed", type=int, default=2026)

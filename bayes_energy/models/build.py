@@ -145,9 +145,9 @@ def _noise_scale(name: str, scale: float, pri: dict, dims):
     repeated GPU run reproduces its energy or time exactly, and a strategy with few runs in a cell
     let a half-normal's scale fall towards 0, a funnel (SBC replications with 32 and 97 divergent
     draws, all at ``E_sigma[single]`` near 0; docs/speed.md section 8). ``"halfnormal"``: the
-    prior before 2026-12-06 (and of posteriors saved without the key).
+    prior before 2026-12-06 (posteriors saved without the key get it from ``io.PRIORS_OF_OLDER_FILES``).
     """
-    kind = pri.get("noise_prior", "halfnormal")
+    kind = pri["noise_prior"]
     if kind == "gamma":
         a = pri["noise_alpha"]
         return pm.Gamma(name, alpha=a, beta=a / (scale * np.sqrt(2.0 / np.pi)), dims=dims)

@@ -39,7 +39,7 @@ import numpy as np
 
 from .law import block_mean, log_eta_from_curves
 
-__all__ = ["student_t_logpdf", "curve_rows", "pointwise_log_likelihood", "posterior_predictive_draws", "standard_variates", "scatter_rows", "eta_scale", "log_eta_draws", "noise_scale", "energy_time_draws", "energy_loc_scale", "rng_noise",
+__all__ = ["student_t_logpdf", "curve_rows", "likelihood_terms", "pointwise_log_likelihood", "posterior_predictive_draws", "standard_variates", "scatter_rows", "eta_scale", "log_eta_draws", "noise_scale", "energy_time_draws", "energy_loc_scale", "rng_noise",
            "spec_shift", "PLACED"]
 
 Noise = Callable[[str, int], np.ndarray]
@@ -194,42 +194,43 @@ def curve_rows(A: Mapping) -> np.ndarray:
     return np.flatnonzero(np.isfinite(A["log_eta_obs"]) & (A["curve"] > 0) & (A["n_gpus"] > 1))
 
 
-def _locations(P: Mapping, A: Mapping) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The likelihood's locations (sample, ...): ln efficiency on the curve rows, ln energy, ln time given ln energy."""
+def likelihood_terms(P: Mapping, A: Mapping) -> dict[str, tuple]:
+    """Each observed variable's ``(y, loc, scale, noise kind)`` (loc and scale (sample, ...)), as the model states them.
+
+    ``log_eta`` on the curve rows about the curves; ``log_energy`` given the measured efficiencies;
+    ``log_time`` given those and the measured energy. :func:`pointwise_log_likelihood` and
+    :func:`posterior_predictive_draws` read them, so one pass over the draws serves both.
+    """
     rows = curve_rows(A)
     curves = log_eta_from_curves(P, A, np)
-    log_eta = curves.copy()
-    known = np.isfinite(A["log_eta_obs"])
-    log_eta[:, known] = A["log_eta_obs"][known]
+    log_eta = np.where(np.isfinite(A["log_eta_obs"]), A["log_eta_obs"], curves)
     log_e, log_t = energy_time_draws(P, A, log_eta, log_energy_obs=A["log_energy"])
-    return curves[:, rows], log_e, log_t
+    return {
+        "log_eta": (A["log_eta_obs"][rows], curves[:, rows], eta_scale(P, A, rows), "eta"),
+        "log_energy": (A["log_energy"], log_e, noise_scale(P, "E_sigma", A), "E"),
+        "log_time": (A["log_time"], log_t, noise_scale(P, "T_sigma", A), "T"),
+    }
 
 
-def pointwise_log_likelihood(P: Mapping, A: Mapping) -> dict[str, np.ndarray]:
-    """The model's pointwise log-likelihood (sample, ...) of ``log_eta`` (curve rows), ``log_energy`` and ``log_time``.
+def _nu(P: Mapping, kind: str):
+    """Degrees of freedom of noise ``kind`` (None: normal, for a model without ``eta_nu``)."""
+    return P.get("eta_nu") if kind == "eta" else P[f"{kind}_nu"]
+
+
+def pointwise_log_likelihood(P: Mapping, terms: Mapping) -> dict[str, np.ndarray]:
+    """The model's pointwise log-likelihood (sample, ...) of each term of :func:`likelihood_terms`.
 
     The densities :func:`bayes_energy.models.build.build_model` states, in numpy: what
     ``pm.compute_log_likelihood`` returns (``tests/test_predictive.py`` checks them equal), without
     compiling a PyTensor function for them (15 s of a cold first fit, docs/speed.md section 6).
     """
-    rows = curve_rows(A)
-    eta_loc, log_e, log_t = _locations(P, A)
-    return {
-        "log_eta": student_t_logpdf(A["log_eta_obs"][rows], P.get("eta_nu"), eta_loc, eta_scale(P, A, rows)),
-        "log_energy": student_t_logpdf(A["log_energy"], P["E_nu"], log_e, noise_scale(P, "E_sigma", A)),
-        "log_time": student_t_logpdf(A["log_time"], P["T_nu"], log_t, noise_scale(P, "T_sigma", A)),
-    }
+    return {k: student_t_logpdf(y, _nu(P, kind), loc, scale) for k, (y, loc, scale, kind) in terms.items()}
 
 
-def posterior_predictive_draws(P: Mapping, A: Mapping, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """One replicate (sample, ...) of each observed variable per draw, as ``pm.sample_posterior_predictive``
-    draws them from the built model: the measured efficiencies and, for time, the measured energy given."""
-    rows = curve_rows(A)
-    eta_loc, log_e, log_t = _locations(P, A)
-    out = {"log_eta": eta_loc + eta_scale(P, A, rows) * standard_variates(P, "eta", rng, rows.size)}
-    out["log_energy"] = log_e + noise_scale(P, "E_sigma", A) * standard_variates(P, "E", rng, log_e.shape[1])
-    out["log_time"] = log_t + noise_scale(P, "T_sigma", A) * standard_variates(P, "T", rng, log_t.shape[1])
-    return out
+def posterior_predictive_draws(P: Mapping, terms: Mapping, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """One replicate (sample, ...) of each term of :func:`likelihood_terms` per draw, as
+    ``pm.sample_posterior_predictive`` draws them from the built model."""
+    return {k: loc + scale * standard_variates(P, kind, rng, loc.shape[1]) for k, (_, loc, scale, kind) in terms.items()}
 
 
 def standard_variates(P: Mapping, kind: str, rng: np.random.Generator, k: int, dtype=np.float64) -> np.ndarray:

@@ -184,13 +184,13 @@ def add_predictive(idata: az.InferenceData, spec: ModelSpec, df: pd.DataFrame,
     first fit on a new machine, ~3 s of every later one (docs/speed.md, section 6).
     """
     from .io import sample_array
-    from .predictive import pointwise_log_likelihood, posterior_predictive_draws
+    from .predictive import likelihood_terms, pointwise_log_likelihood, posterior_predictive_draws
 
     post = idata.posterior
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
     P = {k: sample_array(post[k]) for k in post.data_vars}
-    A = spec.arrays(df)
     values = model_data(spec, df)
+    terms = likelihood_terms(P, spec.arrays(df))
     observed = {"log_energy": values["log_energy_obs"], "log_time": values["log_time_obs"],
                 "log_eta": values["log_eta_curve_obs"]}
     dims = {"log_energy": "run", "log_time": "run", "log_eta": "curve_run"}
@@ -202,8 +202,8 @@ def add_predictive(idata: az.InferenceData, spec: ModelSpec, df: pd.DataFrame,
                           coords=coords)
 
     groups = {
-        "log_likelihood": dataset(pointwise_log_likelihood(P, A)),
-        "posterior_predictive": dataset(posterior_predictive_draws(P, A, np.random.default_rng(seed))),
+        "log_likelihood": dataset(pointwise_log_likelihood(P, terms)),
+        "posterior_predictive": dataset(posterior_predictive_draws(P, terms, np.random.default_rng(seed))),
         "observed_data": xr.Dataset({k: (dims[k], v) for k, v in observed.items()},
                                     coords={"run": coords["run"], "curve_run": coords["curve_run"]}),
         "constant_data": xr.Dataset({k: (data_dims(k), v) for k, v in values.items()
