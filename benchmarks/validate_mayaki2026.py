@@ -70,6 +70,8 @@ LEVELS = (0.5, 0.8, 0.9, 0.95)
 #: cell); run it with ``--models hierarchical_crossed``. ``hierarchical_shared_curves`` shares
 #: the speedup curves' covariate slopes across cells (the model before curve_slopes_by_cell);
 #: ``hierarchical_wide_curves`` lets them vary twice as much between cells (tau_curve_beta 0.5).
+#: ``*_given_energy`` sample time's coefficients on the coordinates "given energy" (config
+#: ``time_coordinates``; the same posterior, other sampler geometry: docs/speed.md, section 9).
 BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {}),
                   "hierarchical_crossed": ("hierarchical", {"crossed": True}),
                   "hierarchical_shared_curves": ("hierarchical", {"curve_slopes_by_cell": False}),
@@ -79,7 +81,9 @@ BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {})
                   "hierarchical_population_hw": ("hierarchical", {"spec_placement": False}),
                   "hierarchical_first_order": ("hierarchical", {"second_order": False}),
                   "hierarchical_eta_normal": ("hierarchical", {"eta_noise": "normal"}),
-                  "hierarchical_eta_t": ("hierarchical", {"eta_noise": "student_t"})}
+                  "hierarchical_eta_t": ("hierarchical", {"eta_noise": "student_t"}),
+                  "hierarchical_given_energy": ("hierarchical", {"time_coordinates": "given_energy"}),
+                  "pooled_given_energy": ("pooled", {"time_coordinates": "given_energy"})}
 #: Variants that differ from the default only for hardware x family cells without training rows: run on
 #: the extra settings only.
 EXTRA_ONLY = ("hierarchical_population_hw",)
@@ -416,7 +420,7 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
                 elif name in runners:
                     if name in EXTRA_ONLY and setting not in EXTRA_SETTINGS:
                         continue
-                    if setting in EXTRA_SETTINGS and name == "pooled":
+                    if setting in EXTRA_SETTINGS and BAYES_VARIANTS[name][0] == "pooled":
                         continue  # no population distribution for new hardware x family cells
                     results.update(evaluate_bayes(runners[name], train, test, seed + i))
             for name, m in results.items():

@@ -14,7 +14,6 @@ import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -279,6 +278,7 @@ def test_posterior_saved_before_the_noise_prior_key_loads_as_the_half_normal_fit
     def drop(idata):
         cfg = json.loads(idata.posterior.attrs["bayes_energy_config"])
         del cfg["priors"]["noise_prior"], cfg["priors"]["noise_alpha"]
+        cfg.pop("time_coordinates", None)
         idata.posterior.attrs["bayes_energy_config"] = json.dumps(cfg)
 
     with warnings.catch_warnings():
@@ -286,6 +286,7 @@ def test_posterior_saved_before_the_noise_prior_key_loads_as_the_half_normal_fit
         _, spec, model = load(posterior_copy(drop), rebuild=True)
     assert spec.config["priors"]["noise_prior"] == "halfnormal"
     assert type(model["E_sigma"].owner.op).__name__ == "HalfNormalRV"
+    assert spec.config["time_coordinates"] == "marginal" and "T_beta_given_E" not in model.named_vars
 
 
 def test_posterior_from_another_version_warns_and_an_edited_table_is_refused(posterior_copy):

@@ -220,3 +220,23 @@ def test_noise_scales_have_a_zero_avoiding_prior_with_the_half_normals_mean(spec
     bad = {"priors": {**PRIORS, "noise_prior": "exponential"}}
     with pytest.raises(ValueError, match="noise_prior must be 'gamma' or 'halfnormal'"):
         build_model(ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", bad)), table)
+
+
+def test_time_on_the_coordinates_given_energy_keeps_the_prior_and_refuses_a_bad_choice(table):
+    """``time_coordinates``: sampling time's coefficients given energy's is a shift, so the prior is unchanged."""
+    cfg = {"time_coordinates": "given_energy"}
+    spec = ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", cfg))
+    model = build_model(spec, table)
+    assert {"T_beta_given_E", "T_mu_given_E", "T_psi_free_given_E"} <= {v.name for v in model.free_RVs}
+    plain = build_model(ModelSpec.from_table(table, "hierarchical", default_config("hierarchical")), table)
+    assert len(model.free_RVs) == len(plain.free_RVs)  # the same number of free variables, on other coordinates
+    draws = {}
+    for label, m in (("given", model), ("plain", plain)):
+        t, e, lam = pm.draw([m["T_beta"], m["E_beta"], m["T_on_E_resid"]], draws=4000, random_seed=3)
+        draws[label] = t[:, 0, 1], e[:, 0, 1], lam
+    t, e, lam = draws["given"]
+    assert abs(np.corrcoef(t, e)[0, 1]) < 0.06  # a priori time's slope ignores energy's, as before
+    assert t.std() == pytest.approx(draws["plain"][0].std(), rel=0.06)
+    assert t.mean() == pytest.approx(draws["plain"][0].mean(), abs=0.06)
+    with pytest.raises(ValueError, match="time_coordinates must be 'marginal' or 'given_energy'"):
+        build_model(ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", {"time_coordinates": "x"})), table)

@@ -64,7 +64,23 @@ def data_dims(name: str) -> tuple[str, ...]:
     }.get(name, ("run",))
 
 
-def _cell_effects(name, mu, tau, dims, parents=None):
+def _normal(name, mu, sigma, dims, shear=None):
+    r"""``name`` ~ Normal(mu, sigma); with ``shear = (lam, y)`` sampled on the coordinates of time given energy.
+
+    The free variable is then ``{name}_given_E`` :math:`= x - \lambda y`, drawn from
+    :math:`\mathcal N(\mu - \lambda y, \sigma^2)`, and ``name`` = :math:`x` is the deterministic
+    ``{name}_given_E`` + :math:`\lambda y`: for fixed :math:`\lambda, y` a shift, so the joint
+    distribution (prior and posterior) is the same as sampling :math:`x` directly, and prior predictive
+    draws still work. See ``build_model``'s ``time_coordinates``.
+    """
+    if shear is None:
+        return pm.Normal(name, mu=mu, sigma=sigma, dims=dims)
+    lam, y = shear
+    x_given = pm.Normal(f"{name}_given_E", mu=mu - lam * y, sigma=sigma, dims=dims)
+    return pm.Deterministic(name, x_given + lam * y, dims=dims)
+
+
+def _cell_effects(name, mu, tau, dims, parents=None, shear=None):
     r"""Cell-level effects ~ Normal(population mean, tau), centred, with tau fixed.
 
     ``parents`` (crossed pooling, ``config["crossed"]``): ``(hw_idx, fam_idx,
@@ -90,11 +106,11 @@ def _cell_effects(name, mu, tau, dims, parents=None):
     Each cell holds 100+ rows, so the centred form suits.
     """
     if parents is None:
-        return pm.Normal(name, mu=mu, sigma=tau, dims=dims)
+        return _normal(name, mu, tau, dims, shear)
     hw_idx, fam_idx, (s_hw, s_fam, s_cell) = parents
     a = pm.Normal(f"{name}_hw", 0.0, tau * np.sqrt(s_hw), dims=("hardware", *dims[1:]))
     b = pm.Normal(f"{name}_fam", 0.0, tau * np.sqrt(s_fam), dims=("family", *dims[1:]))
-    return pm.Normal(name, mu=mu + a[hw_idx] + b[fam_idx], sigma=tau * np.sqrt(s_cell), dims=dims)
+    return _normal(name, mu + a[hw_idx] + b[fam_idx], tau * np.sqrt(s_cell), dims, shear)
 
 
 #: Noise scale (ln J) assumed when whitening a cell's design (``config["whiten"]``); any positive value gives
@@ -193,24 +209,38 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         A = dict(D)
         P: dict = {}
         ncell = len(coords["cell"])
+        # time on the coordinates "given energy" (config["time_coordinates"], see _normal): lambda first
+        sheared = cfg.get("time_coordinates", "marginal") == "given_energy"
+        if cfg.get("time_coordinates", "marginal") not in ("marginal", "given_energy"):
+            raise ValueError(f"config time_coordinates must be 'marginal' or 'given_energy', got {cfg['time_coordinates']!r}")
+        lam = pm.Normal("T_on_E_resid", 0.0, pri["time_on_energy_sigma"]) if sheared else None
+        raw: dict = {}  # the energy block's free variables, which the time block's are sheared by
+
+        def shear(b, key):
+            return (lam, raw[key]) if sheared and b == "T" else None
+
         for b in BLOCKS:
-            mu = pm.Normal(f"{b}_mu", mu=by_coef(pri[f"{b}_mu_mu"], coords["coef"]),
-                           sigma=by_coef(pri[f"{b}_mu_sigma"], coords["coef"]), dims="coef")
+            mu = _normal(f"{b}_mu", by_coef(pri[f"{b}_mu_mu"], coords["coef"]), by_coef(pri[f"{b}_mu_sigma"], coords["coef"]),
+                         "coef", shear(b, "mu"))
             if whitening is not None and parents is None:
                 P[f"{b}_beta"] = _whitened_cell_effects(f"{b}_beta", mu, tau, whitening)
             elif partial:
-                P[f"{b}_beta"] = _cell_effects(f"{b}_beta", mu[None, :], tau[None, :], ("cell", "coef"), parents)
+                P[f"{b}_beta"] = _cell_effects(f"{b}_beta", mu[None, :], tau[None, :], ("cell", "coef"), parents,
+                                               shear(b, "beta"))
             else:
                 # complete pooling of the slopes; one free intercept per cell
-                icpt = pm.Normal(f"{b}_cell_intercept", 0.0, pri["cell_intercept_sigma"], dims="cell")
+                icpt = _normal(f"{b}_cell_intercept", 0.0, pri["cell_intercept_sigma"], "cell", shear(b, "icpt"))
+                raw["icpt"] = icpt
                 beta = pt.concatenate([(mu[0] + icpt)[:, None], pt.tile(mu[None, 1:], (ncell, 1))], axis=1)
                 P[f"{b}_beta"] = pm.Deterministic(f"{b}_beta", beta, dims=("cell", "coef"))
-            psi_free = pm.Normal(f"{b}_psi_free", 0.0, pri["psi_sigma"], dims="strategy_multi")
+            psi_free = _normal(f"{b}_psi_free", 0.0, pri["psi_sigma"], "strategy_multi", shear(b, "psi"))
+            raw |= {"mu": mu, "beta": P[f"{b}_beta"], "psi": psi_free}
             P[f"{b}_psi"] = pm.Deterministic(f"{b}_psi", pt.concatenate([pt.zeros(1), psi_free]), dims="strategy")
             if partial:
                 # cell-level strategy effects around the population Psi; single stays 0
                 eff = _cell_effects(f"{b}_psi_cell_dev", psi_free[None, :], pri["tau_psi"], ("cell", "strategy_multi"),
-                                   parents)
+                                   parents, shear(b, "psi_cell"))
+                raw["psi_cell"] = eff
                 full = pt.concatenate([pt.zeros((ncell, 1)), eff - psi_free[None, :]], axis=1)
                 P[f"{b}_psi_cell"] = pm.Deterministic(f"{b}_psi_cell", full, dims=("cell", "strategy"))
             if cfg.get("group_effects") and b == "E":
@@ -264,7 +294,8 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         sE = sigma_E[A["strategy_idx"]] if noise_dims else sigma_E
         pm.StudentT("log_energy", nu=nu_E, mu=mu_E, sigma=sE, observed=A["log_energy_obs"], dims="run")
 
-        lam = pm.Normal("T_on_E_resid", 0.0, pri["time_on_energy_sigma"])
+        if lam is None:
+            lam = pm.Normal("T_on_E_resid", 0.0, pri["time_on_energy_sigma"])
         mu_T = block_mean(P, "T", A, log_eta_used, pt) + lam * (A["log_energy_obs"] - mu_E)
         sigma_T = _noise_scale("T_sigma", pri["sigma"], pri, noise_dims)
         nu_T = _student_nu("T", pri)

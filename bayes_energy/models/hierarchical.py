@@ -97,6 +97,13 @@ DEFAULT_CONFIG = {
     # adapts to the collinearity), while its compile took 70 s against 22 s; min ESS 767 -> 1046 and R-hat
     # 1.02 -> 1.01 in that one run are not enough to change the default without a harness rerun.
     "whiten": False,
+    # Time's coefficients sampled "given energy" (build._normal: T = T_given_E + lambda E, a unit-Jacobian
+    # shift, the same posterior) or "marginal". Measured side by side (docs/speed.md, section 9): on the
+    # harness's GPT splits it removed the stuck chains (max R-hat 2.22 -> 1.05; split 0: 139 -> 23 leapfrog
+    # steps per draw), but BERT splits landed in the two noise modes 6 times instead of once, so more split
+    # fits failed R-hat 1.01 (29 of 126 against 23 of 123) and the reference fit was no faster (16-24 steps
+    # per draw either way). Off.
+    "time_coordinates": "marginal",
     "pooling": "partial",
     # A configuration-family effect u_g is available ("group_effects": True) but
     # off by default: on the reference table it makes the posterior bimodal (residual

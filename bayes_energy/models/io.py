@@ -83,6 +83,8 @@ def sample_array(da) -> np.ndarray:
 #: Prior keys added after posteriors were already being saved, with the value that a file written
 #: without them was fitted under (the noise scales were half-normal before 2026-12-06).
 PRIORS_OF_OLDER_FILES = {"noise_prior": "halfnormal", "noise_alpha": 2.0}
+#: Config keys added later, likewise (``time_coordinates``: 2026-12-06; older fits sampled time marginally).
+CONFIG_OF_OLDER_FILES = {"time_coordinates": "marginal"}
 
 
 def load_spec(idata: az.InferenceData, source: str = "posterior") -> ModelSpec:
@@ -111,6 +113,8 @@ def load_spec(idata: az.InferenceData, source: str = "posterior") -> ModelSpec:
     if isinstance(config.get("priors"), dict):
         for k, v in PRIORS_OF_OLDER_FILES.items():  # keys added later, whose absence means the earlier prior
             config["priors"].setdefault(k, v)
+    for k, v in CONFIG_OF_OLDER_FILES.items():
+        config.setdefault(k, v)
     need = set(MODELS[name]) | {"levels", "centre", "scale"}
     missing = sorted(need - set(config))
     missing += sorted(f"priors.{k}" for k in set(MODELS[name]["priors"]) - set(config.get("priors") or {}))
