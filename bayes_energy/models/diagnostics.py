@@ -13,7 +13,7 @@ import pandas as pd
 
 from .. import DEFAULT_PROB
 
-__all__ = ["THRESHOLDS", "diagnose", "summarize", "summary_vars"]
+__all__ = ["THRESHOLDS", "diagnose", "minor_mode_chains", "summarize", "summary_vars"]
 
 THRESHOLDS = {"max_rhat": 1.01, "min_ess_bulk": 400, "min_ess_tail": 400, "divergences": 0, "min_bfmi": 0.3}
 
@@ -36,13 +36,52 @@ def summarize(idata: az.InferenceData, prob: float = DEFAULT_PROB) -> pd.DataFra
     return s.rename_axis("parameter")
 
 
+#: A chain sits in another mode when its mean log density is below the best chain's by more than this many
+#: standard errors of the two means (and by more than ``MINOR_MODE_MIN_GAP`` units of log density).
+MINOR_MODE_SE = 4.0
+MINOR_MODE_MIN_GAP = 2.0
+
+
+def minor_mode_chains(idata: az.InferenceData) -> dict | None:
+    """Chains whose mean log density sits clearly below the best chain's: stuck in a minor mode.
+
+    Reads the sampler's log density (``sample_stats.logp``, nutpie; ``lp``, PyMC). A chain is
+    flagged when its mean is lower than the best chain's by more than :data:`MINOR_MODE_SE`
+    standard errors of the difference (each mean's error from its own ESS) and more than
+    :data:`MINOR_MODE_MIN_GAP`. Chains that mix have means within a few standard errors;
+    a chain caught in a lower mode for the whole run does not (``docs/speed.md`` §9).
+
+    Returns
+    -------
+    dict or None
+        ``chain_mean_logp`` (list, one per chain), ``best`` (index) and ``minor``
+        (indices of flagged chains); None when the sampler stored no log density.
+    """
+    stats = idata.sample_stats if "sample_stats" in idata.groups() else None
+    name = next((n for n in ("logp", "lp") if stats is not None and n in stats), None)
+    if name is None:
+        return None
+    lp = stats[name].transpose("chain", "draw").to_numpy()
+    mean = lp.mean(axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ess = np.array([float(az.ess(np.asarray(c)[None, :])) for c in lp])
+    se = lp.std(axis=1) / np.sqrt(np.maximum(ess, 1.0))
+    best = int(np.argmax(mean))
+    gap = mean[best] - mean
+    minor = [c for c in range(len(mean)) if c != best and gap[c] > max(MINOR_MODE_MIN_GAP,
+                                                                        MINOR_MODE_SE * np.hypot(se[c], se[best]))]
+    return {"chain_mean_logp": [float(m) for m in mean], "best": best, "minor": minor}
+
+
 def diagnose(idata: az.InferenceData, loo_var: str = "log_energy") -> dict:
     """Diagnostics as a flat dict (written to ``diagnostics.json``).
 
     Keys: ``divergences``, ``max_rhat``, ``min_ess_bulk``, ``min_ess_tail``,
     ``min_bfmi``, ``elpd_loo``, ``elpd_loo_se``, ``p_loo``, ``max_pareto_k``,
     ``n_pareto_k_gt_0_7``, ``passed``, ``failed`` (the failing checks) and
-    ``thresholds``.
+    ``thresholds``; with the sampler's log density stored, ``chain_mean_logp`` and
+    ``minor_mode_chains`` (:func:`minor_mode_chains`), which a failing R-hat's message names.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -67,12 +106,23 @@ def diagnose(idata: az.InferenceData, loo_var: str = "log_energy") -> dict:
             "elpd_loo": float(loo.elpd_loo), "elpd_loo_se": float(loo.se), "p_loo": float(loo.p_loo),
             "max_pareto_k": float(np.max(k)), "n_pareto_k_gt_0_7": int(np.sum(k > 0.7)),
         })
+    modes = minor_mode_chains(idata)
+    if modes is not None:
+        out["chain_mean_logp"] = modes["chain_mean_logp"]
+        out["minor_mode_chains"] = modes["minor"]
     t = THRESHOLDS
     failed = []
     if out["divergences"] > t["divergences"]:
         failed.append(f"{out['divergences']} divergences (want 0)")
     if out["max_rhat"] > t["max_rhat"]:
-        failed.append(f"max R-hat {out['max_rhat']:.3f} > {t['max_rhat']}")
+        msg = f"max R-hat {out['max_rhat']:.3f} > {t['max_rhat']}"
+        if modes is not None and modes["minor"]:
+            best, lp = modes["best"], modes["chain_mean_logp"]
+            which = ", ".join(f"chain {c} by {lp[best] - lp[c]:.1f}" for c in modes["minor"])
+            msg += (f" (mean log density below chain {best}'s: {which}; a minor mode that "
+                    f"{'this chain' if len(modes['minor']) == 1 else 'these chains'} never left: "
+                    "refit with another seed or more chains)")
+        failed.append(msg)
     if out["min_ess_bulk"] < t["min_ess_bulk"]:
         failed.append(f"min bulk ESS {out['min_ess_bulk']:.0f} < {t['min_ess_bulk']}")
     if out["min_ess_tail"] < t["min_ess_tail"]:
