@@ -271,13 +271,18 @@ class BayesRunner:
 
 
 def fit_diagnostics(idata) -> dict:
+    """Divergences, max R-hat and the number of chains stuck in a minor mode (``diagnostics.minor_mode_chains``)."""
     import arviz as az
+
+    from bayes_energy.models.diagnostics import minor_mode_chains
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rhat = az.rhat(idata.posterior)
     vals = [float(np.nanmax(v.values)) for v in rhat.data_vars.values() if np.isfinite(v.values).any()]
-    return {"divergences": int(idata.sample_stats["diverging"].sum()), "max_rhat": max(vals)}
+    modes = minor_mode_chains(idata)
+    return {"divergences": int(idata.sample_stats["diverging"].sum()), "max_rhat": max(vals),
+            "minor_mode_chains": len(modes["minor"]) if modes else np.nan}
 
 
 def energy_loc_scale(idata, configs: pd.DataFrame, mode: str, seed: int):
@@ -447,9 +452,18 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
         "Median [interquartile range] over splits; held-out rows, ln kWh. `hw95`: multiplicative "
         "half-width of the 95 % interval. `new_hw`: one hardware type left out (one split each). "
         "`new_cell`: one hardware x family cell left out whose hardware and family occur in other cells.\n\n"
-        + markdown_table(summary))
+        + markdown_table(summary) + "\n" + convergence_line(rows) + "\n")
     log(f"wrote {out / (stem + '.csv')} ({wall:.0f} s)")
     return summary
+
+
+def convergence_line(rows: pd.DataFrame) -> str:
+    """How many Bayesian split fits end above R-hat 1.01, and how many of those had a chain in a minor mode."""
+    fits = rows[rows["model"].str.endswith("_pre") & rows["max_rhat"].notna()]
+    bad = fits[fits["max_rhat"] > 1.01]
+    modes = int((bad["minor_mode_chains"].fillna(0) > 0).sum()) if "minor_mode_chains" in bad else 0
+    return (f"Bayesian split fits above R-hat 1.01: {len(bad)} of {len(fits)} (above 1.1: "
+            f"{int((bad['max_rhat'] > 1.1).sum())}); of those, with a chain in a minor mode: {modes}.")
 
 
 def _cpus() -> int:

@@ -60,6 +60,9 @@ def test_harness_quick_table(tmp_path):
     assert (summary["hw95"] > 1).all()
     bayes = summary[summary["model"].str.startswith(("pooled", "hierarchical"))]
     assert np.isfinite(bayes["mlpd"]).all() and (bayes["max_rhat"] < 1.5).all()
+    fits = rows[rows["model"].str.endswith("_pre") & rows["max_rhat"].notna()]
+    assert fits["minor_mode_chains"].between(0, 1).all()  # of two chains, at most one below the other
+    assert "Bayesian split fits above R-hat 1.01: " in (tmp_path / "mayaki2026_seed7_quick.md").read_text()
     assert rows.loc[rows["setting"] != "new_hw", "split"].nunique() == 1 and (rows["n_test"] > 0).all()
     # one cell of the table has its hardware and its family in other cells: RTX 2080 Ti x GPT
     assert rows.loc[rows["setting"] == "new_cell", "n_test"].nunique() == 1
