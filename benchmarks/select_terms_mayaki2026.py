@@ -16,7 +16,9 @@ Candidates (all with an intercept and strategy offsets per cell):
 * ``+sq``: and the squares of the standardised features, without ln devices (the chosen set);
 * ``+sq_devices``: and the square of ln devices too;
 * ``+devices_x``: ``+params`` with every feature times ln devices instead of squares;
-* ``+strategy_x``: ``+sq`` with the linear slopes per strategy as well.
+* ``+strategy_x``: ``+sq`` with the linear slopes per strategy as well;
+* ``+strategy_compute``, ``+strategy_size``: ``+sq`` with slopes per strategy on ln compute only, or on
+  ln compute, memory and parameters (the model's ``strategy_slopes``).
 
 Command::
 
@@ -44,7 +46,7 @@ from bayes_energy.models.spec import SECOND_ORDER_FEATURES, cell_labels, design_
 
 LINEAR = ["log_compute", "log_memory", "log_tokens", "log_seq_len", "log_batch", "log_n_gpus"]
 SQUARED = list(SECOND_ORDER_FEATURES)
-#: name -> (linear features, squared features, products with ln devices, slopes per strategy)
+#: name -> (linear features, squared features, products with ln devices, slopes per strategy: all linear or a list)
 CANDIDATES = {
     "linear": (LINEAR, [], [], False),
     "+params": (LINEAR + ["log_params"], [], [], False),
@@ -52,6 +54,8 @@ CANDIDATES = {
     "+sq_devices": (LINEAR + ["log_params"], SQUARED + ["log_n_gpus"], [], False),
     "+devices_x": (LINEAR + ["log_params"], [], SQUARED, False),
     "+strategy_x": (LINEAR + ["log_params"], SQUARED, [], True),
+    "+strategy_compute": (LINEAR + ["log_params"], SQUARED, [], ["log_compute"]),
+    "+strategy_size": (LINEAR + ["log_params"], SQUARED, [], ["log_compute", "log_memory", "log_params"]),
 }
 
 
@@ -65,7 +69,7 @@ def _design(x: pd.DataFrame, strat: np.ndarray, rows, ref, cand) -> np.ndarray:
     cols = [np.ones(len(rows))] + [z[f] for f in lin] + [(strat[rows] == k).astype(float) for k in strategies]
     cols += [z[f] ** 2 for f in sq] + [z[f] * z["log_n_gpus"] for f in by_n]
     if per_strategy:
-        cols += [(strat[rows] == k) * z[f] for k in strategies for f in lin]
+        cols += [(strat[rows] == k) * z[f] for k in strategies for f in (lin if per_strategy is True else per_strategy)]
     return np.column_stack(cols)
 
 

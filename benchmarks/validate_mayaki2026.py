@@ -61,7 +61,7 @@ from _tables import RESULTS, markdown  # noqa: E402
 
 from bayes_energy.datasets import load_mayaki2026  # noqa: E402
 from bayes_energy.models.ols import fit_ols  # noqa: E402
-from bayes_energy.models.spec import design_frame  # noqa: E402
+from bayes_energy.models.spec import STRATEGY_SLOPE_FEATURES, design_frame  # noqa: E402
 
 SETTINGS = ("bert", "gpt", "pooled")
 LEVELS = (0.5, 0.8, 0.9, 0.95)
@@ -83,7 +83,8 @@ BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {})
                   "hierarchical_eta_normal": ("hierarchical", {"eta_noise": "normal"}),
                   "hierarchical_eta_t": ("hierarchical", {"eta_noise": "student_t"}),
                   "hierarchical_given_energy": ("hierarchical", {"time_coordinates": "given_energy"}),
-                  "pooled_given_energy": ("pooled", {"time_coordinates": "given_energy"})}
+                  "pooled_given_energy": ("pooled", {"time_coordinates": "given_energy"}),
+                  "hierarchical_strategy_slopes": ("hierarchical", {"strategy_slopes": list(STRATEGY_SLOPE_FEATURES)})}
 #: Variants that differ from the default only for hardware x family cells without training rows: run on
 #: the extra settings only.
 EXTRA_ONLY = ("hierarchical_population_hw",)

@@ -278,7 +278,8 @@ def test_posterior_saved_before_the_noise_prior_key_loads_as_the_half_normal_fit
     def drop(idata):
         cfg = json.loads(idata.posterior.attrs["bayes_energy_config"])
         del cfg["priors"]["noise_prior"], cfg["priors"]["noise_alpha"]
-        cfg.pop("time_coordinates", None)
+        for key in ("time_coordinates", "strategy_slopes"):
+            cfg.pop(key, None)
         idata.posterior.attrs["bayes_energy_config"] = json.dumps(cfg)
 
     with warnings.catch_warnings():
@@ -287,6 +288,7 @@ def test_posterior_saved_before_the_noise_prior_key_loads_as_the_half_normal_fit
     assert spec.config["priors"]["noise_prior"] == "halfnormal"
     assert type(model["E_sigma"].owner.op).__name__ == "HalfNormalRV"
     assert spec.config["time_coordinates"] == "marginal" and "T_beta_given_E" not in model.named_vars
+    assert spec.config["strategy_slopes"] == [] and not any(":" in c for c in spec.coords["coef"])
 
 
 def test_posterior_from_another_version_warns_and_an_edited_table_is_refused(posterior_copy):

@@ -240,3 +240,21 @@ def test_time_on_the_coordinates_given_energy_keeps_the_prior_and_refuses_a_bad_
     assert t.mean() == pytest.approx(draws["plain"][0].mean(), abs=0.06)
     with pytest.raises(ValueError, match="time_coordinates must be 'marginal' or 'given_energy'"):
         build_model(ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", {"time_coordinates": "x"})), table)
+
+
+def test_slopes_per_strategy_are_the_feature_on_that_strategys_rows_with_the_features_prior(table):
+    """``strategy_slopes``: a coefficient "<strategy>:<feature>" per multi-device strategy, 0 on other rows."""
+    cfg = default_config("hierarchical", {"strategy_slopes": ["log_compute", "log_params"]})
+    spec = ModelSpec.from_table(table, "hierarchical", cfg)
+    coefs = spec.coords["coef"]
+    assert {"tp:log_compute", "fsdp:log_compute", "tp:log_params"} <= set(coefs) and "single:log_compute" not in coefs
+    X = spec.arrays(table)["X"]
+    tp = (table["strategy"] == "tp").to_numpy()
+    col = X[:, coefs.index("tp:log_compute")]
+    np.testing.assert_allclose(col[tp], X[tp, coefs.index("log_compute")])  # the same centred feature on TP rows
+    assert np.all(col[~tp] == 0)
+    model = build_model(spec, table)
+    mu_sd = pm.draw(model["E_mu"], draws=3000, random_seed=4).std(axis=0)
+    assert mu_sd[coefs.index("tp:log_compute")] == pytest.approx(0.5, rel=0.1)  # the features' prior sd
+    plain = ModelSpec.from_table(table, "hierarchical", default_config("hierarchical"))
+    assert not any(":" in c for c in plain.coords["coef"])  # off by default

@@ -104,6 +104,11 @@ DEFAULT_CONFIG = {
     # fits failed R-hat 1.01 (29 of 126 against 23 of 123) and the reference fit was no faster (16-24 steps
     # per draw either way). Off.
     "time_coordinates": "marginal",
+    # Slopes per strategy on these features ("<strategy>:<feature>" coefficients, spec.STRATEGY_SLOPE_FEATURES):
+    # none by default. On inner grouped splits (benchmarks/select_terms_mayaki2026.py) all linear features per
+    # strategy cut BERT's inner RMSE from 0.22 to 0.12 (seed 2026) and 0.24 to 0.10 (seed 7); the Bayesian
+    # model's held-out numbers are in docs/speed.md section 9. Not yet the default: see there.
+    "strategy_slopes": [],
     "pooling": "partial",
     # A configuration-family effect u_g is available ("group_effects": True) but
     # off by default: on the reference table it makes the posterior bimodal (residual

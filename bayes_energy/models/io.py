@@ -83,8 +83,9 @@ def sample_array(da) -> np.ndarray:
 #: Prior keys added after posteriors were already being saved, with the value that a file written
 #: without them was fitted under (the noise scales were half-normal before 2026-12-06).
 PRIORS_OF_OLDER_FILES = {"noise_prior": "halfnormal", "noise_alpha": 2.0}
-#: Config keys added later, likewise (``time_coordinates``: 2026-12-06; older fits sampled time marginally).
-CONFIG_OF_OLDER_FILES = {"time_coordinates": "marginal"}
+#: Config keys added later, likewise (``time_coordinates``, ``strategy_slopes``: 2026-12-06; older fits sampled
+#: time marginally and shared the slopes across strategies).
+CONFIG_OF_OLDER_FILES = {"time_coordinates": "marginal", "strategy_slopes": []}
 
 
 def load_spec(idata: az.InferenceData, source: str = "posterior") -> ModelSpec:

@@ -24,14 +24,19 @@ parameters linear in standardised log size covariates.
 
 from __future__ import annotations
 
-from .spec import SECOND_ORDER_FEATURES
+from .spec import SECOND_ORDER_FEATURES, STRATEGIES, STRATEGY_SLOPE_FEATURES
 
 NAME = "pooled"
 
 def _by_coef(intercept, log_compute, log_memory, log_eta, rest, second=None):
-    """A per-coefficient prior, keyed by the names of the ``coef`` dimension (``second``: the ``sq_*`` terms)."""
+    """A per-coefficient prior, keyed by the names of the ``coef`` dimension (``second``: the ``sq_*`` terms).
+
+    The slopes per strategy (``"<strategy>:<feature>"``, ``config["strategy_slopes"]``) take ``rest``: a
+    strategy's slope differs from the shared one by as much as a configuration feature's slope may be.
+    """
     out = {"intercept": intercept, "log_compute": log_compute, "log_memory": log_memory, "log_eta": log_eta,
            "log_tokens": rest, "log_seq_len": rest, "log_batch": rest, "log_n_gpus": rest, "log_params": rest}
+    out |= {f"{s}:{f}": rest for s in STRATEGIES if s != "single" for f in STRATEGY_SLOPE_FEATURES}
     return out | {f"sq_{f}": rest if second is None else second for f in SECOND_ORDER_FEATURES}
 
 

@@ -25,7 +25,7 @@ from ..proxies import add_proxies
 from ..schema import STRATEGIES
 from .curves import CURVE_OF, CURVE_PARAMS, CURVES
 
-__all__ = ["ModelSpec", "by_coef", "LAW_FEATURES", "EXTRA_FEATURES", "SECOND_ORDER_FEATURES", "CURVE_FEATURES", "design_frame", "CURVE_OF", "cell_labels"]
+__all__ = ["ModelSpec", "by_coef", "LAW_FEATURES", "EXTRA_FEATURES", "SECOND_ORDER_FEATURES", "STRATEGY_SLOPE_FEATURES", "CURVE_FEATURES", "design_frame", "CURVE_OF", "cell_labels"]
 
 #: Features of the paper's law, in order (the slopes are alpha_C, alpha_M, alpha_eta).
 LAW_FEATURES = ("log_compute", "log_memory", "log_eta")
@@ -37,6 +37,8 @@ EXTRA_FEATURES = ("log_tokens", "log_seq_len", "log_batch", "log_n_gpus")
 #: The device count is left out: its dependence is the speedup curves' (physics), and a square in
 #: ln N would extrapolate to unmeasured device counts without any curve behind it.
 SECOND_ORDER_FEATURES = ("log_compute", "log_memory", "log_params", "log_tokens", "log_seq_len", "log_batch")
+#: Features that may take a slope per strategy (``config["strategy_slopes"]``, a subset): the linear ones.
+STRATEGY_SLOPE_FEATURES = ("log_compute", "log_memory", "log_tokens", "log_seq_len", "log_batch", "log_n_gpus", "log_params")
 #: Covariates of the speedup-curve parameters (bigger models parallelise differently).
 CURVE_FEATURES = ("log_params", "log_tokens", "log_seq_len", "log_batch")
 #: Curve parameters the covariates move by default (each curve's ``moved``, models.curves);
@@ -187,6 +189,8 @@ class ModelSpec:
         extra = list(EXTRA_FEATURES) if self.config.get("extra_features", False) else []
         if self.config.get("second_order", False):
             extra += ["log_params"] + [f"sq_{f}" for f in SECOND_ORDER_FEATURES]
+        # slopes per strategy (config["strategy_slopes"]): "<strategy>:<feature>" = 1[strategy] x centred feature
+        extra += [f"{s}:{f}" for s in self.strategies if s != "single" for f in self.config.get("strategy_slopes", [])]
         return ["intercept", *LAW_FEATURES, *extra]
 
     @property
@@ -252,6 +256,9 @@ class ModelSpec:
         def column(f):
             if f.startswith("sq_"):  # second-order term: z² centred, z standardised on the training table
                 return ((x[f[3:]].to_numpy() - c[f[3:]]) / s[f[3:]]) ** 2 - c[f]
+            if ":" in f:  # slope of one strategy: the centred feature on that strategy's rows, 0 elsewhere
+                strategy, g = f.split(":", 1)
+                return (df["strategy"].astype(str).to_numpy() == strategy) * (x[g].to_numpy() - c[g])
             return x[f].to_numpy() - c[f]
 
         X = np.column_stack([np.ones(len(df))] + [column(f) for f in self.energy_features[1:]])
