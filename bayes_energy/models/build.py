@@ -210,9 +210,10 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         P: dict = {}
         ncell = len(coords["cell"])
         # time on the coordinates "given energy" (config["time_coordinates"], see _normal): lambda first
-        sheared = cfg.get("time_coordinates", "marginal") == "given_energy"
-        if cfg.get("time_coordinates", "marginal") not in ("marginal", "given_energy"):
-            raise ValueError(f"config time_coordinates must be 'marginal' or 'given_energy', got {cfg['time_coordinates']!r}")
+        time_coordinates = cfg.get("time_coordinates", "marginal")
+        if time_coordinates not in ("marginal", "given_energy"):
+            raise ValueError(f"config time_coordinates must be 'marginal' or 'given_energy', got {time_coordinates!r}")
+        sheared = time_coordinates == "given_energy"
         lam = pm.Normal("T_on_E_resid", 0.0, pri["time_on_energy_sigma"]) if sheared else None
         raw: dict = {}  # the energy block's free variables, which the time block's are sheared by
 

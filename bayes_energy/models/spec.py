@@ -38,7 +38,7 @@ EXTRA_FEATURES = ("log_tokens", "log_seq_len", "log_batch", "log_n_gpus")
 #: ln N would extrapolate to unmeasured device counts without any curve behind it.
 SECOND_ORDER_FEATURES = ("log_compute", "log_memory", "log_params", "log_tokens", "log_seq_len", "log_batch")
 #: Features that may take a slope per strategy (``config["strategy_slopes"]``, a subset): the linear ones.
-STRATEGY_SLOPE_FEATURES = ("log_compute", "log_memory", "log_tokens", "log_seq_len", "log_batch", "log_n_gpus", "log_params")
+STRATEGY_SLOPE_FEATURES = tuple(f for f in LAW_FEATURES if f != "log_eta") + EXTRA_FEATURES + ("log_params",)
 #: Covariates of the speedup-curve parameters (bigger models parallelise differently).
 CURVE_FEATURES = ("log_params", "log_tokens", "log_seq_len", "log_batch")
 #: Curve parameters the covariates move by default (each curve's ``moved``, models.curves);
