@@ -56,6 +56,8 @@ PARAMS = (
     ("T_on_E_resid", None, "T_on_E_resid"),
     ("T_sigma", (1,), "T_sigma[fsdp]"),
 )
+#: Slopes per strategy (config ``strategy_slopes``) checked too, by coefficient name, where the model has them.
+SLOPE_PARAMS = ("fsdp:log_compute", "fsdp:log_n_gpus")
 
 
 def _scalar(arr: np.ndarray, idx) -> np.ndarray:
@@ -82,6 +84,7 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
     from scipy.stats import chisquare
 
     from bayes_energy.models.build import build_model, model_data
+    from bayes_energy.schema import SchemaError
     from bayes_energy.models.io import sample_array
     from bayes_energy.models.sample import kept_vars
     from bayes_energy.simulate import (
@@ -101,13 +104,28 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
     pm_model = build_model(spec, placeholder_table(design))
     compiled = compile_nutpie(pm_model, var_names=kept_vars(pm_model))
     log(f"compiled {model} on a {len(design)}-row design in {time.perf_counter() - t_start:.0f} s")
-    prior = prior_draws(design, spec, draws=reps, seed=seed)
+    # more prior draws than replications: a draw whose simulated table fails the schema's physical ranges
+    # (e.g. a run of 1e9 s) is skipped. Rejecting on the data alone keeps the ranks uniform, because
+    # p(theta | y, y in A) = p(theta | y) for every accepted y (Modrak et al. 2023, section on rejection).
+    prior = prior_draws(design, spec, draws=reps + reps // 4 + 5, seed=seed)
     names = list(prior.data_vars)
+    coefs = spec.coords["coef"]
+    params = PARAMS + tuple(("E_mu", (coefs.index(c),), f"E_mu[{c}]") for c in SLOPE_PARAMS if c in coefs)
     rng = np.random.default_rng(seed)
     records = []
+    rejected, j = 0, -1
     for r in range(reps):
-        truth = {k: prior[k].values[0, r] for k in names}
-        table = simulate_from_params(design, spec, truth, seed=int(rng.integers(2**31)))
+        while True:
+            j += 1
+            if j >= prior.sizes["draw"]:
+                raise RuntimeError(f"{rejected} of {j} prior draws gave tables outside the physical ranges")
+            truth = {k: prior[k].values[0, j] for k in names}
+            try:
+                table = simulate_from_params(design, spec, truth, seed=int(rng.integers(2**31)))
+                break
+            except SchemaError as err:
+                rejected += 1
+                log(f"prior draw {j} skipped: {err}")
         data = {k: v for k, v in model_data(spec, table).items() if k in compiled.shared_data}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -116,7 +134,7 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
                                   **nuts_settings(target_accept))
         post = idata.posterior
         div = int(idata.sample_stats["diverging"].sum())
-        for var, idx, label in PARAMS:
+        for var, idx, label in params:
             if var not in post:
                 continue
             s = sample_array(post[var])[::thin]
@@ -138,6 +156,7 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
                      "chi2": float(stat), "bins": n_bins, "p_value": float(p)})
     summary = pd.DataFrame(rows)
     summary["divergent_reps"] = int((ranks.groupby("rep")["divergences"].first() > 0).sum())
+    summary["rejected_prior_draws"] = rejected
     wall = time.perf_counter() - t_start
     out = Path(out) if out is not None else RESULTS
     out.mkdir(parents=True, exist_ok=True)

@@ -61,7 +61,7 @@ from _tables import RESULTS, markdown  # noqa: E402
 
 from bayes_energy.datasets import load_mayaki2026  # noqa: E402
 from bayes_energy.models.ols import fit_ols  # noqa: E402
-from bayes_energy.models.spec import STRATEGY_SLOPE_FEATURES, design_frame  # noqa: E402
+from bayes_energy.models.spec import design_frame  # noqa: E402
 
 SETTINGS = ("bert", "gpt", "pooled")
 LEVELS = (0.5, 0.8, 0.9, 0.95)
@@ -72,6 +72,8 @@ LEVELS = (0.5, 0.8, 0.9, 0.95)
 #: ``hierarchical_wide_curves`` lets them vary twice as much between cells (tau_curve_beta 0.5).
 #: ``*_given_energy`` sample time's coefficients on the coordinates "given energy" (config
 #: ``time_coordinates``; the same posterior, other sampler geometry: docs/speed.md, section 9).
+#: ``hierarchical_no_strategy_slopes`` is the default before 2026-12-06 (no slopes per strategy; the
+#: earlier variant ``hierarchical_strategy_slopes`` in the results files is today's default).
 BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {}),
                   "hierarchical_crossed": ("hierarchical", {"crossed": True}),
                   "hierarchical_shared_curves": ("hierarchical", {"curve_slopes_by_cell": False}),
@@ -84,7 +86,7 @@ BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {})
                   "hierarchical_eta_t": ("hierarchical", {"eta_noise": "student_t"}),
                   "hierarchical_given_energy": ("hierarchical", {"time_coordinates": "given_energy"}),
                   "pooled_given_energy": ("pooled", {"time_coordinates": "given_energy"}),
-                  "hierarchical_strategy_slopes": ("hierarchical", {"strategy_slopes": list(STRATEGY_SLOPE_FEATURES)})}
+                  "hierarchical_no_strategy_slopes": ("hierarchical", {"strategy_slopes": []})}
 #: Variants that differ from the default only for hardware x family cells without training rows: run on
 #: the extra settings only.
 EXTRA_ONLY = ("hierarchical_population_hw",)

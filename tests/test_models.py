@@ -16,7 +16,7 @@ from bayes_energy.models.law import (
     log_eta_from_curves,
 )
 from bayes_energy.models.ols import fit_ols
-from bayes_energy.models.spec import ModelSpec
+from bayes_energy.models.spec import STRATEGY_SLOPE_FEATURES, ModelSpec
 from tests._data import mayaki_path
 
 
@@ -243,7 +243,7 @@ def test_time_on_the_coordinates_given_energy_keeps_the_prior_and_refuses_a_bad_
 
 
 def test_slopes_per_strategy_are_the_feature_on_that_strategys_rows_with_the_features_prior(table):
-    """``strategy_slopes``: a coefficient "<strategy>:<feature>" per multi-device strategy, 0 on other rows."""
+    """``strategy_slopes``: a coefficient "<strategy>:<feature>" per multi-device strategy, 0 on other rows; all seven by default."""
     cfg = default_config("hierarchical", {"strategy_slopes": ["log_compute", "log_params"]})
     spec = ModelSpec.from_table(table, "hierarchical", cfg)
     coefs = spec.coords["coef"]
@@ -256,5 +256,7 @@ def test_slopes_per_strategy_are_the_feature_on_that_strategys_rows_with_the_fea
     model = build_model(spec, table)
     mu_sd = pm.draw(model["E_mu"], draws=3000, random_seed=4).std(axis=0)
     assert mu_sd[coefs.index("tp:log_compute")] == pytest.approx(0.5, rel=0.1)  # the features' prior sd
-    plain = ModelSpec.from_table(table, "hierarchical", default_config("hierarchical"))
-    assert not any(":" in c for c in plain.coords["coef"])  # off by default
+    default = ModelSpec.from_table(table, "hierarchical", default_config("hierarchical")).coords["coef"]
+    assert {f"{s}:{f}" for s in ("ddp", "fsdp", "tp") for f in STRATEGY_SLOPE_FEATURES if s in spec.strategies} <= set(default)
+    off = ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", {"strategy_slopes": []}))
+    assert not any(":" in c for c in off.coords["coef"])  # [] turns them off
