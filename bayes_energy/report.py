@@ -44,7 +44,8 @@ from . import DEFAULT_PROB, __version__
 from .cli import OutputError, Parser, check_output_file, fail, plain_warnings, write_file
 from .models.curves import CURVES
 from .models.io import sample_array
-from .models.spec import SECOND_ORDER_FEATURES, cell_labels
+from .models.spec import SECOND_ORDER_FEATURES, STRATEGY_SLOPE_FEATURES, cell_labels
+from .schema import STRATEGIES
 
 __all__ = ["write_report", "coverage", "PAGE_TITLES", "COEF_LABELS"]
 
@@ -77,6 +78,8 @@ COEF_LABELS = {
 }
 COEF_LABELS |= {f"sq_{f}": f"({ {'log_compute': 'ln compute', 'log_memory': 'ln memory'}.get(f, COEF_LABELS[f])})², second order"
                 for f in SECOND_ORDER_FEATURES}
+COEF_LABELS |= {f"{s}:{f}": f"{s} × {COEF_LABELS[f].split('(')[-1].rstrip(')')}"
+                for s in STRATEGIES if s != "single" for f in STRATEGY_SLOPE_FEATURES}
 #: Report names of the speedup-curve parameters, from their declarations (models/curves.py).
 CURVE_LABELS = {p: c.label(p) for c in CURVES.values() for p in c.params}
 PAGE_SIZE = (11.69, 8.27)  # A4 landscape, inches
@@ -272,7 +275,12 @@ def model_paragraph(spec, diag: dict) -> str:
     cfg = spec.config
     partial = cfg.get("pooling") == "partial"
     feats = ", ".join(COEF_LABELS[c].split("(")[-1].rstrip(")") if c in ("log_compute", "log_memory", "log_eta")
-                      else COEF_LABELS[c] for c in spec.energy_features[1:])
+                      else COEF_LABELS[c] for c in spec.energy_features[1:] if ":" not in c)
+    by_strategy = [c for c in spec.energy_features if ":" in c]
+    if by_strategy:  # config["strategy_slopes"]
+        named = ", ".join(COEF_LABELS[f].split("(")[-1].rstrip(")") for f in cfg.get("strategy_slopes", []))
+        feats += (f", and {len(by_strategy)} slopes per strategy (each multi-device strategy's own slope on {named}, "
+                  "zero on other strategies' runs)")
     pri = cfg.get("priors", {})
     mu_pri = pri.get("E_mu_mu") if isinstance(pri.get("E_mu_mu"), dict) else {}
     text = (
@@ -368,7 +376,8 @@ def coefficient_rows(summary: pd.DataFrame, spec) -> tuple[list[list[str]], list
     for b, what in (("E", "Energy (ln J), population"), ("T", "Time (ln s), population")):
         section(what)
         for c in spec.energy_features:
-            row(COEF_LABELS.get(c, c), f"{b}_mu[{c}]")
+            if ":" not in c:  # slopes per strategy: summary.csv (too many for the page)
+                row(COEF_LABELS.get(c, c), f"{b}_mu[{c}]")
         for s in spec.strategies:
             row(f"Ψ {s}" + (" (reference)" if s == "single" else ""), f"{b}_psi[{s}]")
         if b == "T":
@@ -384,7 +393,9 @@ def _page_coefficients(pdf, f: _Fit) -> None:
     _, _, hdi_label = _hdi_columns(f.summary)
     fig = _page(pdf, PAGE_TITLES[2],
                 f"Posterior mean, sd and {hdi_label} from summary.csv. αC, αM, αη are the law's elasticities; Ψ the strategy "
-                "effect on ln energy relative to one device. Curve parameters are logs: σ = exp(ln σ) etc.")
+                "effect on ln energy relative to one device. Curve parameters are logs: σ = exp(ln σ) etc."
+                + (" The slopes per strategy (e.g. E_mu[tp:log_compute]) are in summary.csv."
+                   if any(":" in c for c in f.spec.energy_features) else ""))
     rows, sections, _ = coefficient_rows(f.summary, f.spec)
     lo, hi, _ = _hdi_columns(f.summary)
     ax = fig.add_axes([0.04, 0.04, 0.62, 0.81])

@@ -44,7 +44,9 @@ def test_second_order_terms_are_standardised_squares(spec, table):
     from bayes_energy.models.spec import SECOND_ORDER_FEATURES, design_frame
 
     coefs = spec.coords["coef"]
-    assert coefs[-len(SECOND_ORDER_FEATURES):] == [f"sq_{f}" for f in SECOND_ORDER_FEATURES]
+    first = coefs.index(f"sq_{SECOND_ORDER_FEATURES[0]}")  # after the linear terms, before the slopes per strategy
+    assert coefs[first:first + len(SECOND_ORDER_FEATURES)] == [f"sq_{f}" for f in SECOND_ORDER_FEATURES]
+    assert all(":" in c for c in coefs[first + len(SECOND_ORDER_FEATURES):])
     assert "log_params" in coefs and "sq_log_n_gpus" not in coefs  # device counts are the curves' business
     A = spec.arrays(table)
     x = design_frame(table)
