@@ -78,8 +78,14 @@ COEF_LABELS = {
 }
 COEF_LABELS |= {f"sq_{f}": f"({ {'log_compute': 'ln compute', 'log_memory': 'ln memory'}.get(f, COEF_LABELS[f])})², second order"
                 for f in SECOND_ORDER_FEATURES}
-COEF_LABELS |= {f"{s}:{f}": f"{s} × {COEF_LABELS[f].split('(')[-1].rstrip(')')}"
-                for s in STRATEGIES if s != "single" for f in STRATEGY_SLOPE_FEATURES}
+
+
+def _feature_name(coef: str) -> str:
+    """The feature's plain name in its label ("ln compute" from "αC  (ln compute)")."""
+    return COEF_LABELS[coef].split("(")[-1].rstrip(")")
+
+
+COEF_LABELS |= {f"{s}:{f}": f"{s} × {_feature_name(f)}" for s in STRATEGIES if s != "single" for f in STRATEGY_SLOPE_FEATURES}
 #: Report names of the speedup-curve parameters, from their declarations (models/curves.py).
 CURVE_LABELS = {p: c.label(p) for c in CURVES.values() for p in c.params}
 PAGE_SIZE = (11.69, 8.27)  # A4 landscape, inches
@@ -274,11 +280,11 @@ def model_paragraph(spec, diag: dict) -> str:
     """The model in plain words, from its stored config."""
     cfg = spec.config
     partial = cfg.get("pooling") == "partial"
-    feats = ", ".join(COEF_LABELS[c].split("(")[-1].rstrip(")") if c in ("log_compute", "log_memory", "log_eta")
+    feats = ", ".join(_feature_name(c) if c in ("log_compute", "log_memory", "log_eta")
                       else COEF_LABELS[c] for c in spec.energy_features[1:] if ":" not in c)
     by_strategy = [c for c in spec.energy_features if ":" in c]
     if by_strategy:  # config["strategy_slopes"]
-        named = ", ".join(COEF_LABELS[f].split("(")[-1].rstrip(")") for f in cfg.get("strategy_slopes", []))
+        named = ", ".join(_feature_name(f) for f in cfg.get("strategy_slopes", []))
         feats += (f", and {len(by_strategy)} slopes per strategy (each multi-device strategy's own slope on {named}, "
                   "zero on other strategies' runs)")
     pri = cfg.get("priors", {})

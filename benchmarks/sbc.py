@@ -80,22 +80,20 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
     that 400 shows stayed hidden (docs/speed.md section 8). ``target_accept`` overrides the package's NUTS target acceptance (``nuts_settings``).
     """
     import nutpie
-    from bayes_energy.models.cache import compile_nutpie
     from scipy.stats import chisquare
 
+    from bayes_energy.models import TUNE
     from bayes_energy.models.build import build_model, model_data
-    from bayes_energy.schema import SchemaError
+    from bayes_energy.models.cache import compile_nutpie
     from bayes_energy.models.io import sample_array
-    from bayes_energy.models.sample import kept_vars
+    from bayes_energy.models.sample import kept_vars, nuts_settings
+    from bayes_energy.schema import SchemaError
     from bayes_energy.simulate import (
-        placeholder_table,
         design_spec,
+        placeholder_table,
         prior_draws,
         simulate_from_params,
     )
-
-    from bayes_energy.models import TUNE
-    from bayes_energy.models.sample import nuts_settings
 
     tune = TUNE if tune is None else tune
     t_start = time.perf_counter()
@@ -113,19 +111,21 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
     params = PARAMS + tuple(("E_mu", (coefs.index(c),), f"E_mu[{c}]") for c in SLOPE_PARAMS if c in coefs)
     rng = np.random.default_rng(seed)
     records = []
-    rejected, j = 0, -1
-    for r in range(reps):
-        while True:
-            j += 1
-            if j >= prior.sizes["draw"]:
-                raise RuntimeError(f"{rejected} of {j} prior draws gave tables outside the physical ranges")
+    rejected = 0
+
+    def accepted():
+        """(truth, simulated table) per prior draw whose table passes the schema's physical ranges."""
+        nonlocal rejected
+        for j in range(prior.sizes["draw"]):
             truth = {k: prior[k].values[0, j] for k in names}
             try:
-                table = simulate_from_params(design, spec, truth, seed=int(rng.integers(2**31)))
-                break
+                yield truth, simulate_from_params(design, spec, truth, seed=int(rng.integers(2**31)))
             except SchemaError as err:
                 rejected += 1
                 log(f"prior draw {j} skipped: {err}")
+        raise RuntimeError(f"{rejected} of {prior.sizes['draw']} prior draws gave tables outside the physical ranges")
+
+    for r, (truth, table) in zip(range(reps), accepted()):
         data = {k: v for k, v in model_data(spec, table).items() if k in compiled.shared_data}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -16,9 +16,9 @@ Candidates (all with an intercept and strategy offsets per cell):
 * ``+sq``: and the squares of the standardised features, without ln devices (the chosen set);
 * ``+sq_devices``: and the square of ln devices too;
 * ``+devices_x``: ``+params`` with every feature times ln devices instead of squares;
-* ``+strategy_x``: ``+sq`` with the linear slopes per strategy as well;
+* ``+strategy_x``: ``+sq`` with the linear slopes per strategy as well (the model's ``strategy_slopes``);
 * ``+strategy_compute``, ``+strategy_size``: ``+sq`` with slopes per strategy on ln compute only, or on
-  ln compute, memory and parameters (the model's ``strategy_slopes``).
+  ln compute, memory and parameters.
 
 Command::
 
@@ -46,14 +46,14 @@ from bayes_energy.models.spec import SECOND_ORDER_FEATURES, cell_labels, design_
 
 LINEAR = ["log_compute", "log_memory", "log_tokens", "log_seq_len", "log_batch", "log_n_gpus"]
 SQUARED = list(SECOND_ORDER_FEATURES)
-#: name -> (linear features, squared features, products with ln devices, slopes per strategy: all linear or a list)
+#: name -> (linear features, squared features, products with ln devices, features with slopes per strategy)
 CANDIDATES = {
-    "linear": (LINEAR, [], [], False),
-    "+params": (LINEAR + ["log_params"], [], [], False),
-    "+sq": (LINEAR + ["log_params"], SQUARED, [], False),
-    "+sq_devices": (LINEAR + ["log_params"], SQUARED + ["log_n_gpus"], [], False),
-    "+devices_x": (LINEAR + ["log_params"], [], SQUARED, False),
-    "+strategy_x": (LINEAR + ["log_params"], SQUARED, [], True),
+    "linear": (LINEAR, [], [], []),
+    "+params": (LINEAR + ["log_params"], [], [], []),
+    "+sq": (LINEAR + ["log_params"], SQUARED, [], []),
+    "+sq_devices": (LINEAR + ["log_params"], SQUARED + ["log_n_gpus"], [], []),
+    "+devices_x": (LINEAR + ["log_params"], [], SQUARED, []),
+    "+strategy_x": (LINEAR + ["log_params"], SQUARED, [], LINEAR + ["log_params"]),
     "+strategy_compute": (LINEAR + ["log_params"], SQUARED, [], ["log_compute"]),
     "+strategy_size": (LINEAR + ["log_params"], SQUARED, [], ["log_compute", "log_memory", "log_params"]),
 }
@@ -68,8 +68,7 @@ def _design(x: pd.DataFrame, strat: np.ndarray, rows, ref, cand) -> np.ndarray:
     strategies = sorted(set(strat[ref]) - {"single"})
     cols = [np.ones(len(rows))] + [z[f] for f in lin] + [(strat[rows] == k).astype(float) for k in strategies]
     cols += [z[f] ** 2 for f in sq] + [z[f] * z["log_n_gpus"] for f in by_n]
-    if per_strategy:
-        cols += [(strat[rows] == k) * z[f] for k in strategies for f in (lin if per_strategy is True else per_strategy)]
+    cols += [(strat[rows] == k) * z[f] for k in strategies for f in per_strategy]
     return np.column_stack(cols)
 
 

@@ -253,18 +253,18 @@ class ModelSpec:
         x = design_frame(df)
         c = self.config["centre"]
         s = self.config["scale"]
+        strat = df["strategy"].astype(str)
         def column(f):
             if f.startswith("sq_"):  # second-order term: z² centred, z standardised on the training table
                 return ((x[f[3:]].to_numpy() - c[f[3:]]) / s[f[3:]]) ** 2 - c[f]
             if ":" in f:  # slope of one strategy: the centred feature on that strategy's rows, 0 elsewhere
                 strategy, g = f.split(":", 1)
-                return (df["strategy"].astype(str).to_numpy() == strategy) * (x[g].to_numpy() - c[g])
+                return (strat.to_numpy() == strategy) * (x[g].to_numpy() - c[g])
             return x[f].to_numpy() - c[f]
 
         X = np.column_stack([np.ones(len(df))] + [column(f) for f in self.energy_features[1:]])
         X = np.nan_to_num(X, nan=0.0)  # unknown efficiency: the law takes it from the curves
         Z = np.column_stack([(x[f].to_numpy() - c[f]) / s[f] for f in CURVE_FEATURES])
-        strat = df["strategy"].astype(str)
         cell_idx = self.index_of("cell", cell_labels(df), allow_new)
         n_cells = len(self.config["levels"]["cell"])
         out: dict[str, np.ndarray] = {
