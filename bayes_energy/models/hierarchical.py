@@ -105,7 +105,10 @@ DEFAULT_CONFIG = {
     # trick with the prior included). Off: on the reference table (benchmarks/results/geometry.md, one run,
     # 4 x (500 + 500)) it cut leapfrog steps per draw only from 31 to 29.7 (the low-rank mass matrix already
     # adapts to the collinearity), while its compile took 70 s against 22 s; min ESS 767 -> 1046 and R-hat
-    # 1.02 -> 1.01 in that one run are not enough to change the default without a harness rerun.
+    # 1.02 -> 1.01 in that one run are not enough to change the default without a harness rerun. Measured again
+    # with slopes per strategy (29 coefficients per cell; geometry.md, 4 x (400 + 1500), 2026-12-06): 31.0
+    # against 32.7 leapfrog steps per draw, 127 s against 122 s of sampling, min ESS 674 against 706, and a
+    # 96 s compile against 9 s. Off.
     "whiten": False,
     # Time's coefficients sampled "given energy" (build._normal: T = T_given_E + lambda E, a unit-Jacobian
     # shift, the same posterior) or "marginal". Measured side by side (docs/speed.md, section 9): on the
