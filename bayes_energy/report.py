@@ -280,9 +280,9 @@ def model_paragraph(spec, diag: dict) -> str:
     """The model in plain words, from its stored config."""
     cfg = spec.config
     partial = cfg.get("pooling") == "partial"
+    by_strategy = spec.strategy_slope_coefs
     feats = ", ".join(_feature_name(c) if c in ("log_compute", "log_memory", "log_eta")
-                      else COEF_LABELS[c] for c in spec.energy_features[1:] if ":" not in c)
-    by_strategy = [c for c in spec.energy_features if ":" in c]
+                      else COEF_LABELS[c] for c in spec.energy_features[1:] if c not in by_strategy)
     if by_strategy:  # config["strategy_slopes"]
         named = ", ".join(_feature_name(f) for f in cfg.get("strategy_slopes", []))
         feats += (f", and {len(by_strategy)} slopes per strategy (each multi-device strategy's own slope on {named}, "
@@ -364,6 +364,7 @@ def coefficient_rows(summary: pd.DataFrame, spec) -> tuple[list[list[str]], list
     """Rows of the coefficient table: (rows, section row indexes, summary names in row order)."""
     lo, hi, _ = _hdi_columns(summary)
     rows, sections, names = [], [], []
+    slopes = set(spec.strategy_slope_coefs)
 
     def section(title):
         sections.append(len(rows))
@@ -382,7 +383,7 @@ def coefficient_rows(summary: pd.DataFrame, spec) -> tuple[list[list[str]], list
     for b, what in (("E", "Energy (ln J), population"), ("T", "Time (ln s), population")):
         section(what)
         for c in spec.energy_features:
-            if ":" not in c:  # slopes per strategy: summary.csv (too many for the page)
+            if c not in slopes:  # slopes per strategy: summary.csv (too many for the page)
                 row(COEF_LABELS.get(c, c), f"{b}_mu[{c}]")
         for s in spec.strategies:
             row(f"Ψ {s}" + (" (reference)" if s == "single" else ""), f"{b}_psi[{s}]")
@@ -401,7 +402,7 @@ def _page_coefficients(pdf, f: _Fit) -> None:
                 f"Posterior mean, sd and {hdi_label} from summary.csv. αC, αM, αη are the law's elasticities; Ψ the strategy "
                 "effect on ln energy relative to one device. Curve parameters are logs: σ = exp(ln σ) etc."
                 + (" The slopes per strategy (e.g. E_mu[tp:log_compute]) are in summary.csv."
-                   if any(":" in c for c in f.spec.energy_features) else ""))
+                   if f.spec.strategy_slope_coefs else ""))
     rows, sections, _ = coefficient_rows(f.summary, f.spec)
     lo, hi, _ = _hdi_columns(f.summary)
     ax = fig.add_axes([0.04, 0.04, 0.62, 0.81])

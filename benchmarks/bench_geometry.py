@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tables import write_table  # noqa: E402
 
 #: variant -> config overrides of the hierarchical default (so each variant has today's other defaults: since
-#: 2026-12-06 the slopes per strategy, 57 coefficients per cell instead of 15)
+#: 2026-12-06 the slopes per strategy, 29 coefficients per cell instead of 15)
 VARIANTS = {
     "first_order": {"second_order": False, "whiten": False},
     "second_order": {"second_order": True, "whiten": False},

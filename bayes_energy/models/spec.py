@@ -189,9 +189,12 @@ class ModelSpec:
         extra = list(EXTRA_FEATURES) if self.config.get("extra_features", False) else []
         if self.config.get("second_order", False):
             extra += ["log_params"] + [f"sq_{f}" for f in SECOND_ORDER_FEATURES]
-        # slopes per strategy (config["strategy_slopes"]): "<strategy>:<feature>" = 1[strategy] x centred feature
-        extra += [f"{s}:{f}" for s in self.strategies if s != "single" for f in self.config.get("strategy_slopes", [])]
-        return ["intercept", *LAW_FEATURES, *extra]
+        return ["intercept", *LAW_FEATURES, *extra, *self.strategy_slope_coefs]
+
+    @property
+    def strategy_slope_coefs(self) -> list[str]:
+        """Slopes per strategy (``config["strategy_slopes"]``): ``"<strategy>:<feature>"`` = 1[strategy] x centred feature."""
+        return [f"{s}:{f}" for s in self.strategies if s != "single" for f in self.config.get("strategy_slopes", [])]
 
     @property
     def strategies(self) -> list[str]:
