@@ -88,6 +88,11 @@ def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = DRAWS, t
             compiled = compile_nutpie(model, var_names=kept_vars(model))
         idata = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, seed=seed,
                               progress_bar=progress, cores=min(chains, 2), **nuts_settings(target_accept))
+        # the tuning draws are not posterior draws (PyMC discards them too); their tree sizes
+        # (warmup_sample_stats) stay, to show how warm-up went. Dropping them saves ~1 s of each save
+        # and load of a fit and 3 MB of README command 1's posterior.nc (docs/speed.md, section 11).
+        if "warmup_posterior" in idata.groups():
+            del idata["warmup_posterior"]
         return idata
     kwargs = {"compile_kwargs": {"mode": "NUMBA"}} if sampler == "numba" else {}
     if sampler == "pymc":
