@@ -132,7 +132,7 @@ def _fit_bayes(df, args, tmp: Path) -> dict:
                 chains=args.chains, seed=args.seed, progress=not args.quiet)
     wall = time.perf_counter() - t0
     summary = summarize(idata)
-    diag = diagnose(idata) | {"model": args.model, "sampler": args.sampler, "wall_s": wall}
+    diag = diagnose(idata, summary=summary) | {"model": args.model, "sampler": args.sampler, "wall_s": wall}
     save(idata, tmp / "posterior.nc")
     summary.to_csv(tmp / "summary.csv")
     (tmp / "diagnostics.json").write_text(json.dumps(diag, indent=2))

@@ -42,3 +42,15 @@ def test_mixing_chains_and_chains_without_log_density_flag_nothing():
     d = diagnose(_idata())
     assert d["passed"] and d["minor_mode_chains"] == []
     assert minor_mode_chains(_idata(stats=False)) is None
+
+
+def test_a_summary_passed_in_gives_the_same_diagnostics_as_computing_it():
+    from bayes_energy.models.diagnostics import summarize
+
+    for idata in (_idata(seed=3), _idata(shift_chain=2, shift=3.0, logp_gap=8.0)):
+        assert diagnose(idata, summary=summarize(idata)) == diagnose(idata)
+    # a fit with non-centred z's: summarize leaves them out, so the checks compute their own summary
+    z = _idata(shift_chain=1, shift=3.0)
+    z.posterior["u_z"] = z.posterior["x"]
+    z.posterior["x"] = z.posterior["x"] * 0 + np.random.default_rng(1).normal(size=(4, 500))
+    assert diagnose(z, summary=summarize(z))["max_rhat"] > 1.01

@@ -74,7 +74,7 @@ def minor_mode_chains(idata: az.InferenceData) -> dict | None:
     return {"chain_mean_logp": [float(m) for m in mean], "best": best, "minor": minor}
 
 
-def diagnose(idata: az.InferenceData, loo_var: str = "log_energy") -> dict:
+def diagnose(idata: az.InferenceData, loo_var: str = "log_energy", summary: pd.DataFrame | None = None) -> dict:
     """Diagnostics as a flat dict (written to ``diagnostics.json``).
 
     Keys: ``divergences``, ``max_rhat``, ``min_ess_bulk``, ``min_ess_tail``,
@@ -82,11 +82,16 @@ def diagnose(idata: az.InferenceData, loo_var: str = "log_energy") -> dict:
     ``n_pareto_k_gt_0_7``, ``passed``, ``failed`` (the failing checks) and
     ``thresholds``; with the sampler's log density stored, ``chain_mean_logp`` and
     ``minor_mode_chains`` (:func:`minor_mode_chains`), which a failing R-hat's message names.
+
+    ``summary``: the :func:`summarize` table of the same fit, when the caller has one; its R-hat and
+    ESS columns are reused (the same ``az.summary`` numbers) unless the fit has non-centred ``_z``
+    variables, which :func:`summarize` leaves out and the checks include.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        s = az.summary(idata, var_names=summary_vars(idata, include_z=True), kind="diagnostics")
-        s = s[np.isfinite(s["r_hat"])]  # constants (reference levels) have no R-hat
+        if summary is None or summary_vars(idata, include_z=True) != summary_vars(idata):
+            summary = az.summary(idata, var_names=summary_vars(idata, include_z=True), kind="diagnostics")
+        s = summary[np.isfinite(summary["r_hat"])]  # constants (reference levels) have no R-hat
         bfmi = az.bfmi(idata)
     out = {
         "divergences": int(idata.sample_stats["diverging"].sum()),
