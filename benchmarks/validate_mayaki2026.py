@@ -86,7 +86,8 @@ BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {})
                   "hierarchical_eta_t": ("hierarchical", {"eta_noise": "student_t"}),
                   "hierarchical_given_energy": ("hierarchical", {"time_coordinates": "given_energy"}),
                   "pooled_given_energy": ("pooled", {"time_coordinates": "given_energy"}),
-                  "hierarchical_no_strategy_slopes": ("hierarchical", {"strategy_slopes": []})}
+                  "hierarchical_no_strategy_slopes": ("hierarchical", {"strategy_slopes": []}),
+                  "hierarchical_whiten": ("hierarchical", {"whiten": True})}
 #: Variants that differ from the default only for hardware x family cells without training rows: run on
 #: the extra settings only.
 EXTRA_ONLY = ("hierarchical_population_hw",)
