@@ -108,7 +108,9 @@ DEFAULT_CONFIG = {
     # 1.02 -> 1.01 in that one run are not enough to change the default without a harness rerun. Measured again
     # with slopes per strategy (29 coefficients per cell; geometry.md, 4 x (400 + 1500), 2026-12-06): 31.0
     # against 32.7 leapfrog steps per draw, 127 s against 122 s of sampling, min ESS 674 against 706, and a
-    # 96 s compile against 9 s. Off.
+    # 96 s compile against 9 s. Off. It does adapt sooner (docs/speed.md section 11: at the harness's 300 tuning steps
+    # 32.9 leapfrog steps per draw against 80), but on the harness's splits (--tag whiten, 2026-12-06) the same
+    # accuracy to the third decimal, 46 of 63 split fits above R-hat 1.01 against 48, and 8 above 1.1 against 1. Off.
     "whiten": False,
     # Time's coefficients sampled "given energy" (build._normal: T = T_given_E + lambda E, a unit-Jacobian
     # shift, the same posterior) or "marginal". Measured side by side (docs/speed.md, section 9): on the
