@@ -223,7 +223,7 @@ def _load(fit_dir: Path, idata=None, table: pd.DataFrame | None = None) -> _Fit:
     else:
         from .models.diagnostics import diagnose
 
-        diag = diagnose(idata)
+        diag = diagnose(idata, summary=summary)
     cmp_path = fit_dir / "compare.csv"
     compare = pd.read_csv(cmp_path, index_col=0) if cmp_path.is_file() else None
     return _Fit(fit_dir=fit_dir, idata=idata, spec=spec, table=table.reset_index(drop=True), summary=summary,

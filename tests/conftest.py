@@ -107,8 +107,9 @@ def small_fit_dir(small_fit, tmp_path_factory) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         save(idata, out / "posterior.nc")
-        summarize(idata).to_csv(out / "summary.csv")
-        diag = diagnose(idata) | {"model": "hierarchical", "sampler": "nutpie"}
+        summary = summarize(idata)
+        summary.to_csv(out / "summary.csv")
+        diag = diagnose(idata, summary=summary) | {"model": "hierarchical", "sampler": "nutpie"}
     (out / "diagnostics.json").write_text(json.dumps(diag, indent=2))
     return out
 

@@ -89,8 +89,9 @@ def diagnose(idata: az.InferenceData, loo_var: str = "log_energy", summary: pd.D
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if summary is None or summary_vars(idata, include_z=True) != summary_vars(idata):
-            summary = az.summary(idata, var_names=summary_vars(idata, include_z=True), kind="diagnostics")
+        checked = summary_vars(idata, include_z=True)
+        if summary is None or checked != summary_vars(idata):
+            summary = az.summary(idata, var_names=checked, kind="diagnostics")
         s = summary[np.isfinite(summary["r_hat"])]  # constants (reference levels) have no R-hat
         bfmi = az.bfmi(idata)
     out = {
