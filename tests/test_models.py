@@ -262,3 +262,39 @@ def test_slopes_per_strategy_are_the_feature_on_that_strategys_rows_with_the_fea
     assert {f"{s}:{f}" for s in ("ddp", "fsdp", "tp") for f in STRATEGY_SLOPE_FEATURES if s in spec.strategies} <= set(default)
     off = ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", {"strategy_slopes": []}))
     assert not any(":" in c for c in off.coords["coef"])  # [] turns them off
+
+
+def test_rotated_cells_are_the_same_posterior_on_another_basis(spec, table):
+    """``cell_basis = "rotated"``: each cell's coefficients sampled as v = V^T (beta / tau).
+
+    V is orthogonal with the directions the cell's rows inform first, then its design's exact null directions;
+    the map is linear, so the log-posterior differs from sampling beta directly (the default) by a constant only.
+    """
+    from bayes_energy.models.spec import by_coef
+
+    rotated = ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", {"cell_basis": "rotated"}))
+    rot, coef = build_model(rotated, table), build_model(spec, table)
+    assert "cell_rotation" not in model_data(spec, table)
+    assert {"E_beta_rot", "T_beta_rot"} <= {v.name for v in rot.free_RVs} and "E_beta" in rot.named_vars
+    tau = by_coef(spec.config["priors"]["tau_coef"], spec.coords["coef"])
+    V = model_data(rotated, table)["cell_rotation"]
+    X, cell = spec.arrays(table)["X"], spec.arrays(table)["cell_idx"]
+    for c in range(V.shape[0]):
+        np.testing.assert_allclose(V[c].T @ V[c], np.eye(len(tau)), atol=1e-10)
+        design = (X[cell == c] * tau) @ V[c]  # the cell's rows on the rotated basis
+        informed = np.linalg.matrix_rank(X[cell == c])
+        assert 0 < informed < len(tau)  # slopes per strategy leave exact null directions in every cell here
+        np.testing.assert_allclose(design[:, informed:], 0, atol=1e-8)
+    logp_rot, logp_coef = rot.compile_logp(), coef.compile_logp()
+    rng = np.random.default_rng(5)
+    diffs = []
+    for _ in range(3):
+        point = {k: v + rng.normal(0, 0.05, v.shape) for k, v in coef.initial_point().items()}
+        moved = dict(point)
+        for b in ("E", "T"):
+            beta = moved.pop(f"{b}_beta")
+            moved[f"{b}_beta_rot"] = np.einsum("cji,cj->ci", V, beta / tau)
+        diffs.append(logp_coef(point) - logp_rot(moved))
+    assert np.ptp(diffs) < 1e-6 * abs(diffs[0]) + 1e-6
+    with pytest.raises(ValueError, match="cell_basis must be 'coef' or 'rotated'"):
+        build_model(ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", {"cell_basis": "qr"})), table)

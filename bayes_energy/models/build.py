@@ -50,6 +50,9 @@ def model_data(spec: ModelSpec, df: pd.DataFrame) -> dict[str, np.ndarray]:
     }
     if "group_idx" in A:
         data["group_idx"] = A["group_idx"]
+    if spec.config["pooling"] == "partial" and spec.config.get("cell_basis", "coef") == "rotated":
+        tau = by_coef(spec.config["priors"]["tau_coef"], spec.coords["coef"])
+        data["cell_rotation"] = cell_rotation(data, tau, len(spec.coords["cell"]))
     return data
 
 
@@ -61,6 +64,7 @@ def data_dims(name: str) -> tuple[str, ...]:
         "cell_onehot": ("run", "cell"),
         "curve_rows": ("curve_run",),
         "log_eta_curve_obs": ("curve_run",),
+        "cell_rotation": ("cell", "coef", "coef_rotated"),
     }.get(name, ("run",))
 
 
@@ -80,7 +84,7 @@ def _normal(name, mu, sigma, dims, shear=None):
     return pm.Deterministic(name, x_given + lam * y, dims=dims)
 
 
-def _cell_effects(name, mu, tau, dims, parents=None, shear=None):
+def _cell_effects(name, mu, tau, dims, parents=None, shear=None, rotation=None):
     r"""Cell-level effects ~ Normal(population mean, tau), centred, with tau fixed.
 
     ``parents`` (crossed pooling, ``config["crossed"]``): ``(hw_idx, fam_idx,
@@ -104,53 +108,58 @@ def _cell_effects(name, mu, tau, dims, parents=None, shear=None):
     (``priors.tau_*``): e.g. the ln-efficiency slope differs by about 0.4
     between an A100 and an RTX 2080 Ti (Mayaki 2026), hence tau ~ 0.25 for slopes.
     Each cell holds 100+ rows, so the centred form suits.
+
+    ``rotation`` (the ``cell_rotation`` data, ``config["cell_basis"] = "rotated"``): the same
+    distribution, sampled on the rotated basis of each cell's design (:func:`_rotated_cell_effects`).
     """
-    if parents is None:
-        return _normal(name, mu, tau, dims, shear)
-    hw_idx, fam_idx, (s_hw, s_fam, s_cell) = parents
-    a = pm.Normal(f"{name}_hw", 0.0, tau * np.sqrt(s_hw), dims=("hardware", *dims[1:]))
-    b = pm.Normal(f"{name}_fam", 0.0, tau * np.sqrt(s_fam), dims=("family", *dims[1:]))
-    return _normal(name, mu + a[hw_idx] + b[fam_idx], tau * np.sqrt(s_cell), dims, shear)
+    sd = 1.0
+    if parents is not None:
+        hw_idx, fam_idx, (s_hw, s_fam, s_cell) = parents
+        a = pm.Normal(f"{name}_hw", 0.0, tau * np.sqrt(s_hw), dims=("hardware", *dims[1:]))
+        b = pm.Normal(f"{name}_fam", 0.0, tau * np.sqrt(s_fam), dims=("family", *dims[1:]))
+        mu, sd = mu + a[hw_idx] + b[fam_idx], np.sqrt(s_cell)
+    if rotation is None:
+        return _normal(name, mu, tau * sd, dims, shear)
+    return _rotated_cell_effects(name, mu, np.asarray(tau).reshape(-1), sd, rotation, shear)
 
 
-#: Noise scale (ln J) assumed when whitening a cell's design (``config["whiten"]``); any positive value gives
-#: the same posterior, this one is near the fitted noise, so that the whitened coordinates are near unit scale.
-WHITEN_NOISE = 0.1
+def cell_rotation(values: dict, tau: np.ndarray, ncell: int) -> np.ndarray:
+    r"""Per-cell rotations :math:`V_c` (cell, coef, coef): the right singular vectors of :math:`X_c\operatorname{diag}\tau`.
 
-
-def cell_whitening(values: dict, tau: np.ndarray, ncell: int) -> np.ndarray:
-    r"""Per-cell whitening matrices :math:`W_c` (cell, coef, coef), lower triangular.
-
-    :math:`W_c W_c^\top = (\operatorname{diag}\tau^{-2} + X_c^\top X_c / s^2)^{-1}`, the
-    covariance of the cell's coefficients under the prior and a Gaussian likelihood of noise
-    :math:`s` (:data:`WHITEN_NOISE`): the standard QR trick (Stan's manual) with the prior
-    included, so that a coefficient direction the cell's data do not inform keeps its prior
-    scale. The matrices are fixed at build time from the training table; a refit on other rows
-    (``with_data``) keeps them, which changes the geometry a little, not the posterior.
+    :math:`X_c` is the cell's rows of the design, so :math:`X_c\operatorname{diag}\tau` is the design on
+    the prior's scale, and :math:`V_c` is orthogonal: its columns are first the directions the cell's
+    rows inform (largest singular value first), then the exact null directions of the design (a slope
+    per strategy that no row of the cell uses, or a feature that is a sum of others within the cell:
+    FSDP's global batch grows with the device count). A cell without rows gets the identity.
     """
     X = values["X"]
     out = np.empty((ncell, X.shape[1], X.shape[1]))
     for c in range(ncell):
-        Xc = X[values["cell_idx"] == c]
-        prec = np.diag(tau ** -2.0) + Xc.T @ Xc / WHITEN_NOISE**2
-        out[c] = np.linalg.cholesky(np.linalg.inv(prec))
+        Xc = X[values["cell_idx"] == c] * tau[None, :]
+        out[c] = np.linalg.svd(Xc, full_matrices=True)[2].T if len(Xc) else np.eye(X.shape[1])
     return out
 
 
-def _whitened_cell_effects(name, mu, tau, W):
-    r"""Cell coefficients :math:`\beta_c \sim \mathcal N(\mu, \operatorname{diag}\tau^2)` sampled as
-    :math:`\gamma_c = W_c^{-1}\beta_c` (``{name}_white``), whose posterior is close to isotropic.
+def _rotated_cell_effects(name, mu, tau, sd, V, shear=None):
+    r"""Cell coefficients :math:`\beta_c \sim \mathcal N(\mu_c, s^2\operatorname{diag}\tau^2)` sampled on the
+    rotated basis of the cell's design (``config["cell_basis"] = "rotated"``).
 
-    Centred and generative (prior predictive draws work): :math:`\gamma_c \sim
-    \mathcal N(W_c^{-1}\mu, W_c^{-1}\operatorname{diag}\tau^2 W_c^{-\top})`; ``name`` is the
-    deterministic :math:`W_c\gamma_c`.
+    The free variable ``{name}_rot`` is :math:`v_c = V_c^\top(\beta_c/\tau) \sim \mathcal N(V_c^\top\mu_c/\tau, s^2 I)`
+    (:func:`cell_rotation`); ``name`` is the deterministic :math:`\beta_c = \tau\, V_c v_c`. An orthogonal
+    map of an isotropic normal is isotropic, so the prior, and the posterior, are those of sampling
+    :math:`\beta_c` directly (centred, generative: prior predictive draws work), with no multivariate normal
+    to evaluate. What changes is the geometry: on this basis the directions the cell's rows do not inform
+    (prior scale 1) are separate coordinates instead of mixtures of well-measured coefficients (posterior
+    scales a few hundred times smaller), so the sampler's diagonal mass matrix finds them at once instead
+    of the low-rank one learning them over the warm-up (docs/speed.md, section 12). ``V`` is a ``pm.Data``
+    (``cell_rotation``), recomputed for every table a compiled model is refitted on. ``shear`` (time
+    "given energy") applies to the rotated coordinates: :math:`v^T_c - \lambda v^E_c`, the same linear map.
+    Off by default: with short warm-ups, chains on this basis got stuck in GPT's second mode more often
+    (``hierarchical.DEFAULT_CONFIG``).
     """
-    Winv = np.linalg.inv(W)  # (cell, coef, coef)
-    cov = Winv @ (tau[None, :, None] ** 2 * np.swapaxes(Winv, -1, -2))
-    chol = np.linalg.cholesky(cov)
-    gamma = pm.MvNormal(f"{name}_white", mu=pt.matmul(pt.as_tensor(Winv), mu[:, None])[..., 0], chol=chol,
-                        dims=("cell", "coef"))
-    return pm.Deterministic(name, pt.matmul(pt.as_tensor(W), gamma[..., None])[..., 0], dims=("cell", "coef"))
+    v = _normal(f"{name}_rot", pt.matmul(pt.swapaxes(V, -1, -2), (mu / tau)[..., None])[..., 0], sd, ("cell", "coef"),
+                shear)
+    return pm.Deterministic(name, tau * pt.matmul(V, v[..., None])[..., 0], dims=("cell", "coef"))
 
 
 def _noise_scale(name: str, scale: float, pri: dict, dims):
@@ -203,7 +212,9 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
     coords = dict(spec.coords)
     parents = (*spec.cell_parents(), tuple(pri["cell_shares"])) if partial and cfg.get("crossed") else None
     tau = by_coef(pri["tau_coef"], coords["coef"])
-    whitening = cell_whitening(values, tau, len(coords["cell"])) if partial and cfg.get("whiten") else None
+    basis = cfg.get("cell_basis", "coef")
+    if basis not in ("coef", "rotated"):
+        raise ValueError(f"config cell_basis must be 'coef' or 'rotated', got {basis!r}")
     with pm.Model(coords=coords) as model:
         D = {k: pm.Data(k, v, dims=data_dims(k)) for k, v in values.items()}
         A = dict(D)
@@ -223,11 +234,9 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         for b in BLOCKS:
             mu = _normal(f"{b}_mu", by_coef(pri[f"{b}_mu_mu"], coords["coef"]), by_coef(pri[f"{b}_mu_sigma"], coords["coef"]),
                          "coef", shear(b, "mu"))
-            if whitening is not None and parents is None:
-                P[f"{b}_beta"] = _whitened_cell_effects(f"{b}_beta", mu, tau, whitening)
-            elif partial:
+            if partial:
                 P[f"{b}_beta"] = _cell_effects(f"{b}_beta", mu[None, :], tau[None, :], ("cell", "coef"), parents,
-                                               shear(b, "beta"))
+                                               shear(b, "beta"), D.get("cell_rotation"))
             else:
                 # complete pooling of the slopes; one free intercept per cell
                 icpt = _normal(f"{b}_cell_intercept", 0.0, pri["cell_intercept_sigma"], "cell", shear(b, "icpt"))
@@ -235,7 +244,8 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
                 beta = pt.concatenate([(mu[0] + icpt)[:, None], pt.tile(mu[None, 1:], (ncell, 1))], axis=1)
                 P[f"{b}_beta"] = pm.Deterministic(f"{b}_beta", beta, dims=("cell", "coef"))
             psi_free = _normal(f"{b}_psi_free", 0.0, pri["psi_sigma"], "strategy_multi", shear(b, "psi"))
-            raw |= {"mu": mu, "beta": P[f"{b}_beta"], "psi": psi_free}
+            # the free coefficients time's are sheared by: on the rotated basis when the cells are rotated
+            raw |= {"mu": mu, "beta": model[f"{b}_beta_rot"] if "cell_rotation" in D else P[f"{b}_beta"], "psi": psi_free}
             P[f"{b}_psi"] = pm.Deterministic(f"{b}_psi", pt.concatenate([pt.zeros(1), psi_free]), dims="strategy")
             if partial:
                 # cell-level strategy effects around the population Psi; single stays 0

@@ -43,6 +43,12 @@ cache.
    PyTensor's, in ``<base_compiledir>/nutpie_cfunc``, and are invalidated
    when nutpie's source file changes.
 
+A constant array in the graph must be contiguous: numba passes a
+non-contiguous one (``np.swapaxes`` of a matrix, say) as a pointer into the
+process's memory and will not cache the function that holds it (it then
+compiles again in every process; docs/speed.md, section 12). Pass such
+arrays as ``pm.Data`` or make them contiguous.
+
 What is still done in every process: PyTensor's graph rewrites (most of
 the 3.9 s left). A warm process draws exactly what a fresh compile of the
 wrappers draws (tests/test_compile_cache.py). See docs/speed.md for the

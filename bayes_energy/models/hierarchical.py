@@ -101,17 +101,17 @@ DEFAULT_CONFIG = {
     # roofline's sum E = eps_C C + eps_M M + E0 in log space. Chosen on inner grouped splits
     # (benchmarks/select_terms_mayaki2026.py); held-out numbers in benchmarks/results/mayaki2026_seed2026.md.
     "second_order": True,
-    # Sample each cell's coefficients on the whitened basis of its design (build.cell_whitening, the QR
-    # trick with the prior included). Off: on the reference table (benchmarks/results/geometry.md, one run,
-    # 4 x (500 + 500)) it cut leapfrog steps per draw only from 31 to 29.7 (the low-rank mass matrix already
-    # adapts to the collinearity), while its compile took 70 s against 22 s; min ESS 767 -> 1046 and R-hat
-    # 1.02 -> 1.01 in that one run are not enough to change the default without a harness rerun. Measured again
-    # with slopes per strategy (29 coefficients per cell; geometry.md, 4 x (400 + 1500), 2026-12-06): 31.0
-    # against 32.7 leapfrog steps per draw, 127 s against 122 s of sampling, min ESS 674 against 706, and a
-    # 96 s compile against 9 s. Off. It does adapt sooner (docs/speed.md section 11: at the harness's 300 tuning steps
-    # 32.9 leapfrog steps per draw against 80), but on the harness's splits (--tag whiten, 2026-12-06) the same
-    # accuracy to the third decimal, 46 of 63 split fits above R-hat 1.01 against 48, and 8 above 1.1 against 1. Off.
-    "whiten": False,
+    # Sample each cell's coefficients directly ("coef") or on the rotated basis of its design ("rotated":
+    # build.cell_rotation, the right singular vectors of the cell's design on the prior's scale; the same posterior).
+    # Rotated, the exact null directions that slopes per strategy leave in each cell's design are coordinates of their
+    # own, and the warm-up is shorter (docs/speed.md section 12: leapfrog steps 270k -> 179k on the reference table,
+    # sampling 138 -> 117 s; 145k -> 77k on README command 1's data, the command 52.5 / 53.0 -> 49.8 / 50.9 s). Off:
+    # with short warm-ups GPT chains get stuck far off. The harness (--tag rotate) kept its held-out numbers and had 38
+    # of 63 split fits above R-hat 1.01 against 48, but 5 above 1.1 against 1 (GPT splits 0 and 10 at 2.05 and 2.23),
+    # and the tests' quick harness (2 x (150 + 150), seed 7) fitted GPT at R-hat 1.87 and held-out R^2 -11.6.
+    # A whitening (the QR trick with the prior, an MvNormal per cell) was measured until 2026-12-07 and removed: it
+    # adapted as early but cost 17 % more per step, and on the harness 8 split fits ended above R-hat 1.1 against 1.
+    "cell_basis": "coef",
     # Time's coefficients sampled "given energy" (build._normal: T = T_given_E + lambda E, a unit-Jacobian
     # shift, the same posterior) or "marginal". Measured side by side (docs/speed.md, section 9): on the
     # harness's GPT splits it removed the stuck chains (max R-hat 2.22 -> 1.05; split 0: 139 -> 23 leapfrog

@@ -84,8 +84,9 @@ def sample_array(da) -> np.ndarray:
 #: without them was fitted under (the noise scales were half-normal before 2026-12-06).
 PRIORS_OF_OLDER_FILES = {"noise_prior": "halfnormal", "noise_alpha": 2.0}
 #: Config keys added later, likewise (``time_coordinates``, ``strategy_slopes``: 2026-12-06; older fits sampled
-#: time marginally and shared the slopes across strategies).
-CONFIG_OF_OLDER_FILES = {"time_coordinates": "marginal", "strategy_slopes": []}
+#: time marginally and shared the slopes across strategies; ``cell_basis``: 2026-12-07, older fits sampled the
+#: cells' coefficients directly).
+CONFIG_OF_OLDER_FILES = {"time_coordinates": "marginal", "strategy_slopes": [], "cell_basis": "coef"}
 
 
 def load_spec(idata: az.InferenceData, source: str = "posterior") -> ModelSpec:
