@@ -6,10 +6,12 @@ has exact null directions, so NUTS needs many leapfrog steps per draw, most of t
 design (:func:`bayes_energy.models.build.cell_rotation`, the right singular vectors of the design on
 the prior's scale); ``"coef"`` (the default) samples them directly.
 (A whitening, the QR trick with the prior included, was measured here until 2026-12-07 and removed:
-docs/speed.md, sections 10 to 12.) This script fits the hierarchical model on the 629-row reference table with each
-variant in turn (same seed, nutpie with the low-rank mass matrix as the fit uses it,
-4 chains x (1000 tune + 1000 draws) by default) and reports the warm-up's leapfrog steps (thousands), leapfrog steps per draw, tree
-depth, sampling seconds, divergences, max R-hat, min ESS and ESS per sampling second.
+docs/speed.md, sections 10 to 12.)
+
+This script fits the hierarchical model on the 629-row reference table with each variant in turn
+(same seed, nutpie with the low-rank mass matrix as the fit uses it, 4 chains x (1000 tune + 1000
+draws) by default) and reports the warm-up's leapfrog steps (thousands), leapfrog steps per draw,
+tree depth, sampling seconds, divergences, max R-hat, min ESS and ESS per sampling second.
 
     python benchmarks/bench_geometry.py                      # all variants, ~15 min on 2 cores
     python benchmarks/bench_geometry.py --variants second_order second_order_rotated

@@ -278,7 +278,8 @@ def test_rotated_cells_are_the_same_posterior_on_another_basis(spec, table):
     assert {"E_beta_rot", "T_beta_rot"} <= {v.name for v in rot.free_RVs} and "E_beta" in rot.named_vars
     tau = by_coef(spec.config["priors"]["tau_coef"], spec.coords["coef"])
     V = model_data(rotated, table)["cell_rotation"]
-    X, cell = spec.arrays(table)["X"], spec.arrays(table)["cell_idx"]
+    arrays = spec.arrays(table)
+    X, cell = arrays["X"], arrays["cell_idx"]
     for c in range(V.shape[0]):
         np.testing.assert_allclose(V[c].T @ V[c], np.eye(len(tau)), atol=1e-10)
         design = (X[cell == c] * tau) @ V[c]  # the cell's rows on the rotated basis

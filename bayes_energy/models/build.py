@@ -50,7 +50,10 @@ def model_data(spec: ModelSpec, df: pd.DataFrame) -> dict[str, np.ndarray]:
     }
     if "group_idx" in A:
         data["group_idx"] = A["group_idx"]
-    if spec.config["pooling"] == "partial" and spec.config.get("cell_basis", "coef") == "rotated":
+    basis = spec.config.get("cell_basis", "coef")
+    if basis not in ("coef", "rotated"):
+        raise ValueError(f"config cell_basis must be 'coef' or 'rotated', got {basis!r}")
+    if spec.config["pooling"] == "partial" and basis == "rotated":
         tau = by_coef(spec.config["priors"]["tau_coef"], spec.coords["coef"])
         data["cell_rotation"] = cell_rotation(data, tau, len(spec.coords["cell"]))
     return data
@@ -212,9 +215,6 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
     coords = dict(spec.coords)
     parents = (*spec.cell_parents(), tuple(pri["cell_shares"])) if partial and cfg.get("crossed") else None
     tau = by_coef(pri["tau_coef"], coords["coef"])
-    basis = cfg.get("cell_basis", "coef")
-    if basis not in ("coef", "rotated"):
-        raise ValueError(f"config cell_basis must be 'coef' or 'rotated', got {basis!r}")
     with pm.Model(coords=coords) as model:
         D = {k: pm.Data(k, v, dims=data_dims(k)) for k, v in values.items()}
         A = dict(D)
