@@ -35,20 +35,19 @@ from _tables import write_table  # noqa: E402
 #: variant -> config overrides of the hierarchical default (so each variant has today's other defaults: since
 #: 2026-12-06 the slopes per strategy, 29 coefficients per cell instead of 15)
 VARIANTS = {
-    "first_order": {"second_order": False},
-    "second_order": {"second_order": True},
+    "first_order": {"second_order": False, "cell_basis": "coef"},
+    "second_order": {"second_order": True, "cell_basis": "coef"},
     "second_order_rotated": {"second_order": True, "cell_basis": "rotated"},
 }
 
 
 def run_variant(df, name: str, chains: int, draws: int, tune: int, seed: int) -> dict:
-    import nutpie
     from bayes_energy.models.cache import compile_nutpie
 
     from bayes_energy.models import default_config
     from bayes_energy.models.build import build_model
     from bayes_energy.models.diagnostics import diagnose
-    from bayes_energy.models.sample import kept_vars, nuts_settings
+    from bayes_energy.models.sample import kept_vars, run_nutpie
     from bayes_energy.models.spec import ModelSpec
 
     t0 = time.perf_counter()
@@ -56,8 +55,7 @@ def run_variant(df, name: str, chains: int, draws: int, tune: int, seed: int) ->
     model = build_model(spec, df)
     compiled = compile_nutpie(model, var_names=kept_vars(model))
     t1 = time.perf_counter()
-    idata = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, seed=seed, cores=min(chains, 2),
-                          progress_bar=False, **nuts_settings())
+    idata = run_nutpie(compiled, draws=draws, tune=tune, chains=chains, seed=seed)
     t2 = time.perf_counter()
     d = diagnose(idata)
     st = idata.sample_stats

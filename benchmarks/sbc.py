@@ -79,14 +79,13 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
     ``tune`` defaults to the package's own tuning length (``bayes_energy.models.TUNE``): at 200 a funnel
     that 400 shows stayed hidden (docs/speed.md section 8). ``target_accept`` overrides the package's NUTS target acceptance (``nuts_settings``).
     """
-    import nutpie
     from scipy.stats import chisquare
 
     from bayes_energy.models import TUNE
     from bayes_energy.models.build import build_model, model_data
     from bayes_energy.models.cache import compile_nutpie
     from bayes_energy.models.io import sample_array
-    from bayes_energy.models.sample import kept_vars, nuts_settings
+    from bayes_energy.models.sample import kept_vars, run_nutpie
     from bayes_energy.schema import SchemaError
     from bayes_energy.simulate import (
         design_spec,
@@ -129,9 +128,8 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
         data = {k: v for k, v in model_data(spec, table).items() if k in compiled.shared_data}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            idata = nutpie.sample(compiled.with_data(**data), draws=draws, tune=tune, chains=chains,
-                                  cores=min(chains, 2), seed=int(rng.integers(2**31)), progress_bar=False,
-                                  **nuts_settings(target_accept))
+            idata = run_nutpie(compiled.with_data(**data), draws=draws, tune=tune, chains=chains,
+                               seed=int(rng.integers(2**31)), target_accept=target_accept)
         post = idata.posterior
         div = int(idata.sample_stats["diverging"].sum())
         for var, idx, label in params:

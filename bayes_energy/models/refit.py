@@ -153,10 +153,8 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
     ValueError
         When the table is empty or holds a level the model was not compiled for.
     """
-    import nutpie
-
     from .build import model_data
-    from .sample import attach_provenance, nuts_settings
+    from .sample import attach_provenance, run_nutpie
 
     if not isinstance(compiled, CompiledModel):
         raise TypeError(f"refit needs the CompiledModel that compile_model returns, got {type(compiled).__name__}")
@@ -169,8 +167,8 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
     spec = ModelSpec.from_table(df, compiled.name, compiled.config, levels=compiled.levels)
     # only the pm.Data the compiled graph uses are its shared variables
     data = {k: v for k, v in model_data(spec, df).items() if k in compiled.compiled.shared_data}
-    idata = nutpie.sample(compiled.compiled.with_data(**data), draws=int(draws), tune=int(tune), chains=int(chains),
-                          cores=min(int(chains), 2), seed=seed, progress_bar=progress, **nuts_settings(target_accept))
+    idata = run_nutpie(compiled.compiled.with_data(**data), draws=draws, tune=tune, chains=chains, seed=seed,
+                       progress=progress, target_accept=target_accept)
     idata = attach_provenance(idata, spec, df)
     idata.posterior.attrs["sampler"] = "nutpie (compiled once, refitted with with_data)"
     return idata

@@ -27,7 +27,7 @@ from .io import table_hash
 from .spec import ModelSpec
 
 __all__ = ["fit", "sample_model", "table_hash", "SAMPLERS", "attach_provenance", "kept_vars", "nuts_settings",
-           "TARGET_ACCEPT", "MAXDEPTH"]
+           "TARGET_ACCEPT", "MAXDEPTH", "run_nutpie", "start_at_mode", "INIT_JITTER"]
 
 #: Samplers: ``nutpie`` (default, numba-compiled NUTS), ``pymc`` (PyMC's NUTS
 #: on the C backend) and ``numba`` (PyMC's NUTS on the numba backend).
@@ -40,6 +40,10 @@ TARGET_ACCEPT = 0.9
 #: warm-up, before the low-rank mass matrix has adapted, runs trees of ~1000 steps: 90 % of the reference
 #: fit's gradient evaluations went there (docs/speed.md, section 5). Adapted draws need 15-30 steps.
 MAXDEPTH = 8
+#: Half-width of the uniform jitter around the posterior mode that each chain starts from, on the
+#: unconstrained scale (:func:`start_at_mode`). PyMC's own start jitters its prior-centre point by 1.0; around the
+#: mode, 1.0 sent a harness GPT split to R-hat 1.13 where 0.1 gave 1.007 (docs/speed.md, section 13).
+INIT_JITTER = 0.1
 #: Per-row deterministics left out of saved posteriors (they are recomputed).
 DROP_VARS = ("log_eta_curve",)
 
@@ -53,6 +57,74 @@ def nuts_settings(target_accept: float | None = None) -> dict:
     """
     return {"low_rank_modified_mass_matrix": True, "maxdepth": MAXDEPTH,
             "target_accept": TARGET_ACCEPT if target_accept is None else target_accept}
+
+
+def _logp_and_gradient(compiled):
+    """``f(x) -> (-log density, -gradient)`` of a nutpie-compiled PyMC model, through its compiled C function."""
+    import ctypes
+
+    func, n = compiled.compiled_logp_func.ctypes, compiled.n_dim
+    user_data = ctypes.c_void_p(compiled.user_data.ctypes.data)
+    double_p = ctypes.POINTER(ctypes.c_double)
+
+    def f(x):
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        grad, logp = np.empty(n), np.empty(())
+        if func(n, x.ctypes.data_as(double_p), grad.ctypes.data_as(double_p), logp.ctypes.data_as(double_p), user_data):
+            return np.inf, np.zeros(n)  # outside the support, or not finite
+        return -float(logp), -grad
+    return f
+
+
+def start_at_mode(compiled, seed: int | None = None, jitter: float = INIT_JITTER, maxiter: int = 2000):
+    r"""The nutpie-compiled model ``compiled`` with its chains starting near the posterior mode.
+
+    L-BFGS (scipy) climbs the compiled log-density from PyMC's initial point (about 1 s for the
+    reference table); each chain then starts at that point plus a uniform jitter of ``jitter`` on every
+    unconstrained coordinate, drawn from the chain's own seed. By default nutpie starts from PyMC's
+    prior-centre point jittered by 1.0, and with the heavy-tailed likelihoods an early, unadapted warm-up
+    from there can settle in a minor mode: a chain with the energy noise's degrees of freedom near 1 that
+    treats a few rows as outliers, 80 log-density units below the other chain (harness GPT splits, R-hat
+    up to 2.2; docs/speed.md, section 13). The posterior is unchanged; only the start moves. Starting all
+    chains near one mode makes R-hat less able to reveal a second mode of similar mass far away (the BERT
+    noise modes of section 9); ``diagnostics.minor_mode_chains`` still compares the chains' log densities.
+
+    When the climb fails (no finite log density on its path), or the model was not compiled through
+    numba (nutpie's JAX backend), the model is returned unchanged.
+    """
+    import dataclasses
+
+    from scipy.optimize import minimize
+
+    if not hasattr(compiled, "compiled_logp_func"):
+        return compiled
+    start = compiled.initial_point_func(0 if seed is None else seed)
+    with np.errstate(all="ignore"):
+        res = minimize(_logp_and_gradient(compiled), start, jac=True, method="L-BFGS-B", options={"maxiter": maxiter})
+    if not np.isfinite(res.fun) or not np.all(np.isfinite(res.x)):
+        return compiled
+    mode = res.x
+
+    def near_mode(chain_seed):
+        return mode + np.random.default_rng(chain_seed).uniform(-jitter, jitter, size=mode.shape)
+
+    return dataclasses.replace(compiled, initial_point_func=near_mode)
+
+
+def run_nutpie(compiled, draws: int = DRAWS, tune: int = TUNE, chains: int = 4, seed: int | None = None,
+               progress: bool = False, target_accept: float | None = None) -> az.InferenceData:
+    """``nutpie.sample`` as every fit of the package runs it: chains from the mode (:func:`start_at_mode`),
+    :func:`nuts_settings`, two cores, and the warm-up draws dropped (their tree sizes stay)."""
+    import nutpie
+
+    idata = nutpie.sample(start_at_mode(compiled, seed), draws=int(draws), tune=int(tune), chains=int(chains),
+                          seed=seed, progress_bar=progress, cores=min(int(chains), 2), **nuts_settings(target_accept))
+    # the tuning draws are not posterior draws (PyMC discards them too); their tree sizes
+    # (warmup_sample_stats) stay, to show how warm-up went. Dropping them saves ~1 s of each save
+    # and load of a fit and 3 MB of README command 1's posterior.nc (docs/speed.md, section 11).
+    if "warmup_posterior" in idata.groups():
+        del idata["warmup_posterior"]
+    return idata
 
 
 def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = DRAWS, tune: int = TUNE,
@@ -82,18 +154,10 @@ def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = DRAWS, t
     if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
     if sampler == "nutpie":
-        import nutpie
-
         if compiled is None:
             compiled = compile_nutpie(model, var_names=kept_vars(model))
-        idata = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, seed=seed,
-                              progress_bar=progress, cores=min(chains, 2), **nuts_settings(target_accept))
-        # the tuning draws are not posterior draws (PyMC discards them too); their tree sizes
-        # (warmup_sample_stats) stay, to show how warm-up went. Dropping them saves ~1 s of each save
-        # and load of a fit and 3 MB of README command 1's posterior.nc (docs/speed.md, section 11).
-        if "warmup_posterior" in idata.groups():
-            del idata["warmup_posterior"]
-        return idata
+        return run_nutpie(compiled, draws=draws, tune=tune, chains=chains, seed=seed, progress=progress,
+                          target_accept=target_accept)
     kwargs = {"compile_kwargs": {"mode": "NUMBA"}} if sampler == "numba" else {}
     if sampler == "pymc":
         import pytensor
