@@ -4,7 +4,8 @@ The log proxies are nearly collinear inside a cell, and with slopes per strategy
 has exact null directions, so NUTS needs many leapfrog steps per draw, most of them in the warm-up.
 ``config["cell_basis"] = "rotated"`` samples each cell's coefficients on the rotated basis of its
 design (:func:`bayes_energy.models.build.cell_rotation`, the right singular vectors of the design on
-the prior's scale); ``"coef"`` (the default) samples them directly.
+the prior's scale; the default since 2026-12-07); ``"coef"`` samples them directly. Chains start at the
+posterior mode, as every fit's do (:func:`bayes_energy.models.sample.run_nutpie`).
 (A whitening, the QR trick with the prior included, was measured here until 2026-12-07 and removed:
 docs/speed.md, sections 10 to 12.)
 

@@ -75,8 +75,9 @@ LEVELS = (0.5, 0.8, 0.9, 0.95)
 #: ``hierarchical_no_strategy_slopes`` is the default before 2026-12-06 (no slopes per strategy; the
 #: earlier variant ``hierarchical_strategy_slopes`` in the results files is today's default).
 #: ``hierarchical_rotate`` samples the cells' coefficients on the rotated basis of their designs (config
-#: ``cell_basis``; the same posterior, other geometry: docs/speed.md, section 12); ``hierarchical_whiten`` in the
-#: ``--tag whiten`` results is a whitening since removed.
+#: ``cell_basis``; the same posterior, other geometry: docs/speed.md, section 12), the default since 2026-12-07;
+#: ``hierarchical_coef`` samples them directly, the default before. ``hierarchical_whiten`` in the ``--tag whiten``
+#: results is a whitening since removed.
 BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {}),
                   "hierarchical_crossed": ("hierarchical", {"crossed": True}),
                   "hierarchical_shared_curves": ("hierarchical", {"curve_slopes_by_cell": False}),
@@ -90,7 +91,8 @@ BAYES_VARIANTS = {"pooled": ("pooled", {}), "hierarchical": ("hierarchical", {})
                   "hierarchical_given_energy": ("hierarchical", {"time_coordinates": "given_energy"}),
                   "pooled_given_energy": ("pooled", {"time_coordinates": "given_energy"}),
                   "hierarchical_no_strategy_slopes": ("hierarchical", {"strategy_slopes": []}),
-                  "hierarchical_rotate": ("hierarchical", {"cell_basis": "rotated"})}
+                  "hierarchical_rotate": ("hierarchical", {"cell_basis": "rotated"}),
+                  "hierarchical_coef": ("hierarchical", {"cell_basis": "coef"})}
 #: Variants that differ from the default only for hardware x family cells without training rows: run on
 #: the extra settings only.
 EXTRA_ONLY = ("hierarchical_population_hw",)

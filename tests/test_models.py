@@ -229,7 +229,8 @@ def test_time_on_the_coordinates_given_energy_keeps_the_prior_and_refuses_a_bad_
     cfg = {"time_coordinates": "given_energy"}
     spec = ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", cfg))
     model = build_model(spec, table)
-    assert {"T_beta_given_E", "T_mu_given_E", "T_psi_free_given_E"} <= {v.name for v in model.free_RVs}
+    # the cells' coefficients on the rotated basis of their design (the default cell_basis): sheared there
+    assert {"T_beta_rot_given_E", "T_mu_given_E", "T_psi_free_given_E"} <= {v.name for v in model.free_RVs}
     plain = build_model(ModelSpec.from_table(table, "hierarchical", default_config("hierarchical")), table)
     assert len(model.free_RVs) == len(plain.free_RVs)  # the same number of free variables, on other coordinates
     draws = {}
@@ -265,16 +266,16 @@ def test_slopes_per_strategy_are_the_feature_on_that_strategys_rows_with_the_fea
 
 
 def test_rotated_cells_are_the_same_posterior_on_another_basis(spec, table):
-    """``cell_basis = "rotated"``: each cell's coefficients sampled as v = V^T (beta / tau).
+    """``cell_basis = "rotated"`` (the default): each cell's coefficients sampled as v = V^T (beta / tau).
 
     V is orthogonal with the directions the cell's rows inform first, then its design's exact null directions;
-    the map is linear, so the log-posterior differs from sampling beta directly (the default) by a constant only.
+    the map is linear, so the log-posterior differs from sampling beta directly (``"coef"``) by a constant only.
     """
     from bayes_energy.models.spec import by_coef
 
-    rotated = ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", {"cell_basis": "rotated"}))
-    rot, coef = build_model(rotated, table), build_model(spec, table)
-    assert "cell_rotation" not in model_data(spec, table)
+    rotated, direct = spec, ModelSpec.from_table(table, "hierarchical", default_config("hierarchical", {"cell_basis": "coef"}))
+    rot, coef = build_model(rotated, table), build_model(direct, table)
+    assert "cell_rotation" not in model_data(direct, table)
     assert {"E_beta_rot", "T_beta_rot"} <= {v.name for v in rot.free_RVs} and "E_beta" in rot.named_vars
     tau = by_coef(spec.config["priors"]["tau_coef"], spec.coords["coef"])
     V = model_data(rotated, table)["cell_rotation"]

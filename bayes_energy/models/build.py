@@ -157,8 +157,7 @@ def _rotated_cell_effects(name, mu, tau, sd, V, shear=None):
     of the low-rank one learning them over the warm-up (docs/speed.md, section 12). ``V`` is a ``pm.Data``
     (``cell_rotation``), recomputed for every table a compiled model is refitted on. ``shear`` (time
     "given energy") applies to the rotated coordinates: :math:`v^T_c - \lambda v^E_c`, the same linear map.
-    Off by default: with short warm-ups, chains on this basis got stuck in GPT's second mode more often
-    (``hierarchical.DEFAULT_CONFIG``).
+    The default since chains start at the posterior mode (``hierarchical.DEFAULT_CONFIG``, docs/speed.md section 13).
     """
     v = _normal(f"{name}_rot", pt.matmul(pt.swapaxes(V, -1, -2), (mu / tau)[..., None])[..., 0], sd, ("cell", "coef"),
                 shear)

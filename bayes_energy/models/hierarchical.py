@@ -101,17 +101,18 @@ DEFAULT_CONFIG = {
     # roofline's sum E = eps_C C + eps_M M + E0 in log space. Chosen on inner grouped splits
     # (benchmarks/select_terms_mayaki2026.py); held-out numbers in benchmarks/results/mayaki2026_seed2026.md.
     "second_order": True,
-    # Sample each cell's coefficients directly ("coef") or on the rotated basis of its design ("rotated":
-    # build.cell_rotation, the right singular vectors of the cell's design on the prior's scale; the same posterior).
-    # Rotated, the exact null directions that slopes per strategy leave in each cell's design are coordinates of their
-    # own, and the warm-up is shorter (docs/speed.md section 12: leapfrog steps 270k -> 179k on the reference table,
-    # sampling 138 -> 117 s; 145k -> 77k on README command 1's data, the command 52.5 / 53.0 -> 49.8 / 50.9 s). Off:
-    # with short warm-ups GPT chains get stuck far off. The harness (--tag rotate) kept its held-out numbers and had 38
-    # of 63 split fits above R-hat 1.01 against 48, but 5 above 1.1 against 1 (GPT splits 0 and 10 at 2.05 and 2.23),
-    # and the tests' quick harness (2 x (150 + 150), seed 7) fitted GPT at R-hat 1.87 and held-out R^2 -11.6.
+    # Sample each cell's coefficients on the rotated basis of its design ("rotated": build.cell_rotation, the right
+    # singular vectors of the cell's design on the prior's scale; the same posterior) or directly ("coef"). Rotated,
+    # the exact null directions that slopes per strategy leave in each cell's design are coordinates of their own,
+    # and the warm-up is shorter (docs/speed.md section 12: leapfrog steps 270k -> 179k on the reference table,
+    # sampling 138 -> 117 s; 145k -> 77k on README command 1's data). Default since 2026-12-07, once chains start at
+    # the posterior mode (sample.start_at_mode, section 13): from PyMC's start, short warm-ups left GPT chains stuck
+    # in a minor mode (harness: 5 split fits above R-hat 1.1, worst 2.23). From the mode, on the same splits
+    # (--tag mode_start_rotate): 32 of 63 hierarchical split fits above R-hat 1.01 (38 rotated from PyMC's start,
+    # 48 on the coefficients' basis), 1 above 1.1 (1.14), the same held-out numbers.
     # A whitening (the QR trick with the prior, an MvNormal per cell) was measured until 2026-12-07 and removed: it
     # adapted as early but cost 17 % more per step, and on the harness 8 split fits ended above R-hat 1.1 against 1.
-    "cell_basis": "coef",
+    "cell_basis": "rotated",
     # Time's coefficients sampled "given energy" (build._normal: T = T_given_E + lambda E, a unit-Jacobian
     # shift, the same posterior) or "marginal". Measured side by side (docs/speed.md, section 9): on the
     # harness's GPT splits it removed the stuck chains (max R-hat 2.22 -> 1.05; split 0: 139 -> 23 leapfrog
