@@ -307,7 +307,12 @@ def test_chains_start_near_the_posterior_mode_each_from_its_own_seed():
     import nutpie
 
     from bayes_energy.models.cache import compile_nutpie
-    from bayes_energy.models.sample import INIT_JITTER, _logp_and_gradient, kept_vars, start_at_mode
+    from bayes_energy.models.sample import (
+        INIT_JITTER,
+        _logp_and_gradient,
+        kept_vars,
+        start_at_mode,
+    )
     from bayes_energy.simulate import tiny_sweep
 
     df = tiny_sweep(0)  # the model of tests/test_compile_cache.py: one compile for both
