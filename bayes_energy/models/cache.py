@@ -40,8 +40,10 @@ cache.
    numba's and nutpie's versions and numba's target (CPU) tuple. Anything the
    walk does not know (a PyTensor function without a key, an object of an
    unknown type) leaves that wrapper uncached. The entries live beside
-   PyTensor's, in ``<base_compiledir>/nutpie_cfunc``, and are invalidated
-   when nutpie's source file changes.
+   PyTensor's, in ``<base_compiledir>/nutpie_cfunc``, and are shared by every
+   install on the machine: the index carries no stamp of nutpie's source file
+   (a new virtual environment would make it stale), since the key already
+   holds the wrapper's code and the versions.
 
 A constant array in the graph must be contiguous: numba passes a
 non-contiguous one (``np.swapaxes`` of a matrix, say) as a pointer into the
