@@ -10,6 +10,7 @@ stages are imported on first use.
 
 from __future__ import annotations
 
+import os
 import sys
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
@@ -31,7 +32,25 @@ _LAZY = {
     "validate": ("bayes_energy.schema", "validate"),
 }
 
-__all__ = ["__version__", "DEFAULT_PROB", *_LAZY]
+__all__ = ["__version__", "DEFAULT_PROB", "threads", *_LAZY]
+
+
+def threads() -> int:
+    """Cores the package's parallel work may use: sampling chains and prediction chunks.
+
+    ``$BAYES_ENERGY_THREADS`` if set (e.g. 1 for each of several fits run side by side),
+    else the cores this process may run on.
+    """
+    env = os.environ.get("BAYES_ENERGY_THREADS", "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ValueError(f"BAYES_ENERGY_THREADS must be a whole number of threads, got {env!r}") from None
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def __getattr__(name: str):

@@ -27,7 +27,6 @@ Command line::
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from . import DEFAULT_PROB
+from . import DEFAULT_PROB, threads
 from .models.predictive import energy_time_draws, log_eta_draws, standard_variates
 from .models.spec import ModelSpec, by_coef, cell_labels, group_keys
 from .schema import KWH_TO_J, POST_RUN, SchemaError, validate_configs
@@ -419,13 +418,13 @@ def _chunk_draws(st: _Prepared, i: int) -> tuple[slice, dict[str, np.ndarray]]:
 
 
 def _map_chunks(st: _Prepared, fn) -> None:
-    """Call ``fn(sorted_slice, draws)`` for every chunk, on up to :func:`_workers` threads.
+    """Call ``fn(sorted_slice, draws)`` for every chunk, on up to :func:`bayes_energy.threads` threads.
 
     numpy releases the GIL in the array work, so threads share it out; every
     chunk has its own random stream, so results do not depend on the thread count.
     """
     chunks = range(len(st.seeds))
-    workers = min(_workers(), len(chunks))
+    workers = min(threads(), len(chunks))
     if workers <= 1:
         for i in chunks:
             fn(*_chunk_draws(st, i))
@@ -437,20 +436,6 @@ def _map_chunks(st: _Prepared, fn) -> None:
     with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
         for _ in pool.map(lambda i: fn(*_chunk_draws(st, i)), chunks):
             pass
-
-
-def _workers() -> int:
-    """Threads for the chunks: ``$BAYES_ENERGY_THREADS`` if set, else the cores this process may use."""
-    env = os.environ.get("BAYES_ENERGY_THREADS", "").strip()
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ValueError(f"BAYES_ENERGY_THREADS must be a whole number of threads, got {env!r}") from None
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def predict_draws(idata, configs: pd.DataFrame, mode: str = "pre", n_draws: int | None = None,

@@ -303,14 +303,16 @@ def test_rotated_cells_are_the_same_posterior_on_another_basis(spec, table):
 
 
 
-def test_chains_start_near_the_posterior_mode_each_from_its_own_seed():
+def test_chains_start_near_the_posterior_mode_each_from_its_own_seed(monkeypatch):
     import nutpie
+    import xarray as xr
 
     from bayes_energy.models.cache import compile_nutpie
     from bayes_energy.models.sample import (
         INIT_JITTER,
         _logp_and_gradient,
         kept_vars,
+        run_nutpie,
         start_at_mode,
     )
     from bayes_energy.simulate import tiny_sweep
@@ -330,3 +332,9 @@ def test_chains_start_near_the_posterior_mode_each_from_its_own_seed():
     assert np.abs(a - mode).max() <= INIT_JITTER and np.abs(b - mode).max() <= INIT_JITTER
     idata = nutpie.sample(started, draws=50, tune=50, chains=2, cores=1, seed=0, progress_bar=False)
     assert int(idata.sample_stats["diverging"].sum()) == 0 and np.isfinite(idata.sample_stats["logp"]).all()
+    # one seed, one answer, whatever the cores the chains run on (bayes_energy.threads)
+    runs = []
+    for n in ("1", "2"):
+        monkeypatch.setenv("BAYES_ENERGY_THREADS", n)
+        runs.append(run_nutpie(compiled, draws=30, tune=30, chains=2, seed=4).posterior)
+    xr.testing.assert_equal(*runs)  # values and coordinates (the attributes hold the time)

@@ -166,3 +166,17 @@ def test_crossed_new_cells_borrow_known_hardware_and_family_effects():
     r = np.corrcoef(d[:, 1], d[:, 2])[0, 1]
     assert abs(r - s_hw / (s_hw + s_cell)) < 0.03
     assert d[:, 1].std() > d[:, 0].std()  # an unseen GPU is less certain than a seen one
+
+
+def test_threads_follow_the_variable_and_refuse_a_bad_value(monkeypatch):
+    from bayes_energy import threads
+
+    monkeypatch.setenv("BAYES_ENERGY_THREADS", "3")
+    assert threads() == 3
+    monkeypatch.setenv("BAYES_ENERGY_THREADS", "0")
+    assert threads() == 1
+    monkeypatch.setenv("BAYES_ENERGY_THREADS", "two")
+    with pytest.raises(ValueError, match="BAYES_ENERGY_THREADS must be a whole number.*'two'"):
+        threads()
+    monkeypatch.delenv("BAYES_ENERGY_THREADS")
+    assert threads() >= 1

@@ -19,7 +19,7 @@ import pandas as pd
 import pymc as pm
 import xarray as xr
 
-from .. import __version__
+from .. import __version__, threads
 from . import DRAWS, TUNE, default_config
 from .build import build_model, data_dims, model_data
 from .cache import compile_nutpie
@@ -114,11 +114,12 @@ def start_at_mode(compiled, seed: int | None = None, jitter: float = INIT_JITTER
 def run_nutpie(compiled, draws: int = DRAWS, tune: int = TUNE, chains: int = 4, seed: int | None = None,
                progress: bool = False, target_accept: float | None = None) -> az.InferenceData:
     """``nutpie.sample`` as every fit of the package runs it: chains from the mode (:func:`start_at_mode`),
-    :func:`nuts_settings`, two cores, and the warm-up draws dropped (their tree sizes stay)."""
+    :func:`nuts_settings`, a core per chain (up to :func:`bayes_energy.threads`), and the warm-up draws dropped
+    (their tree sizes stay)."""
     import nutpie
 
     idata = nutpie.sample(start_at_mode(compiled, seed), draws=int(draws), tune=int(tune), chains=int(chains),
-                          seed=seed, progress_bar=progress, cores=min(int(chains), 2), **nuts_settings(target_accept))
+                          seed=seed, progress_bar=progress, cores=min(int(chains), threads()), **nuts_settings(target_accept))
     # the tuning draws are not posterior draws (PyMC discards them too); their tree sizes
     # (warmup_sample_stats) stay, to show how warm-up went. Dropping them saves ~1 s of each save
     # and load of a fit and 3 MB of README command 1's posterior.nc (docs/speed.md, section 11).
@@ -168,7 +169,7 @@ def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = DRAWS, t
                           stacklevel=2)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=min(chains, 2), random_seed=seed,
+        idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=min(chains, threads()), random_seed=seed,
                           progressbar=progress, var_names=kept_vars(model), target_accept=target_accept, **kwargs)
     return idata
 
