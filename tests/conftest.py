@@ -23,20 +23,40 @@ import pytest
 from tests._data import mayaki_path
 
 ROOT = Path(__file__).resolve().parents[1]
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # two workers share two cores: one thread each for sampling chains and prediction chunks
+    # (bayes_energy.threads), in this process and the subprocesses and kernels it starts
+    os.environ.setdefault("BAYES_ENERGY_THREADS", "1")
 SMALL = {"chains": 2, "draws": 150, "tune": 200, "seed": 1}
 
 
+#: Slow tests that launch torch processes (the runner): worker 0 runs them after the shared fit's tests.
+RUNNER_MODULES = ("test_runner_strategies.py", "test_sweep.py", "test_job_meter.py")
+#: Worker 1's first slow tests, in this order (the rest follow in collection order): the longest first, and
+#: the harness and notebook 04 after notebooks 01 and 02 (below).
+MODEL_ORDER = ("test_a_second_process_loads", "01_quickstart", "02_reproduce_paper", "test_harness_quick_table",
+               "04_design_the_next_sweep", "test_sbc_smoke")
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """Order the suite so that the two workers never wait for each other.
+    """Order the suite so that the two workers end together.
 
     ``--dist worksteal`` (pyproject.toml) gives each worker one half of this
-    order and lets an idle worker take the other's remaining tests. The
-    first half starts with the tests that need the session's shared fit, so
-    worker 0 makes it (a compile and 2 x 350 draws, ~1.5-2.5 min) while
-    worker 1 starts on the second half: the slow tests that fit their own
-    models (notebooks 01/02, the CLI fit, the design loop, SBC; the harness and notebook 04 last).
-    Before, both workers reached the shared fit together and one waited
-    idle for it. The order within each group is the collection order.
+    order and lets an idle worker take the other's remaining tests, but not
+    the one it is running: a worker left with a two-minute test at the end
+    keeps the suite waiting (a run on 2026-12-07: worker 0 idle from 488 s,
+    worker 1 busy to 649 s). So each half starts with its slow tests and ends
+    with light ones, which the first worker done takes from the other.
+
+    - Worker 0: the tests that need the session's shared fit first (it makes
+      the fit, a compile and 2 x 350 draws, ~1 min), then the runner's
+      torch launches, then light tests.
+    - Worker 1: the slow tests that fit their own models (``MODEL_ORDER``
+      first), then light tests. The harness and notebook 04 compile the same
+      hierarchical model as the shared fit (and the harness the same pooled
+      one as notebook 02), so they come after notebooks 01 and 02: by then
+      the compile cache (models/cache.py) holds those graphs, even on a
+      machine that starts with an empty cache.
     """
     def needs_fit(item):  # notebook 03 asks for the fit through request.getfixturevalue
         return "small_fit" in getattr(item, "fixturenames", ()) or "03_planning" in item.nodeid
@@ -44,17 +64,19 @@ def pytest_collection_modifyitems(session, config, items):
     def slow(item):
         return item.get_closest_marker("slow") is not None
 
+    def order(item):
+        return next((i for i, key in enumerate(MODEL_ORDER) if key in item.nodeid), len(MODEL_ORDER))
+
     shared = [it for it in items if needs_fit(it)]
     heavy = [it for it in items if not needs_fit(it) and slow(it)]
-    # the harness and notebook 04 compile the same hierarchical model as the shared fit (and the
-    # harness the same pooled one as notebook 02): run them last, when the compile cache
-    # (models/cache.py) holds those graphs, so they load them instead of compiling again
-    late = ("test_harness_quick_table", "04_design_the_next_sweep")
-    heavy.sort(key=lambda it: any(k in it.nodeid for k in late))
+    runner = [it for it in heavy if it.path.name in RUNNER_MODULES]
+    models = sorted((it for it in heavy if it.path.name not in RUNNER_MODULES), key=order)
     light = [it for it in items if not needs_fit(it) and not slow(it)]
     half = (len(items) + 1) // 2
-    fill = max(0, half - len(shared))  # light tests that pad the first half to its length
-    items[:] = shared + light[:fill] + heavy + light[fill:]
+    fill = max(0, half - len(shared) - len(runner))  # light tests that pad the first half to its length
+    items[:] = shared + runner + light[:fill] + models + light[fill:]
+
+
 @pytest.fixture(scope="session")
 def mayaki_table():
     """The reference dataset as a validated sweep table."""
