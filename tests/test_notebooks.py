@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXPECTED = ("01_quickstart.ipynb", "02_reproduce_paper.ipynb", "03_planning_under_uncertainty.ipynb",
             "04_design_the_next_sweep.ipynb")
-#: Small runs for CI: 2 chains x 150 draws (150 tuning steps).
-CI_DRAWS = {"BAYES_ENERGY_DRAWS": "150", "BAYES_ENERGY_CHAINS": "2"}
+#: Small runs for CI: 2 chains x 100 draws (100 tuning steps).
+CI_DRAWS = {"BAYES_ENERGY_DRAWS": "100", "BAYES_ENERGY_CHAINS": "2"}
 
 
 def _cells(path):
