@@ -32,8 +32,8 @@ SMALL = {"chains": 2, "draws": 150, "tune": 200, "seed": 1}
 
 #: Slow tests that launch torch processes (the runner): worker 0 runs them after the shared fit's tests.
 RUNNER_MODULES = ("test_runner_strategies.py", "test_sweep.py", "test_job_meter.py")
-#: Worker 1's first slow tests, in this order (the rest follow in collection order): the longest first, and
-#: the harness and notebook 04 after notebooks 01 and 02 (below).
+#: Worker 1's first slow tests, in this order (the rest follow in collection order): the compile-cache test and
+#: notebooks 01 and 02, then the longest (the harness and notebook 04 after notebooks 01 and 02: see below).
 MODEL_ORDER = ("test_a_second_process_loads", "01_quickstart", "02_reproduce_paper", "test_harness_quick_table",
                "04_design_the_next_sweep", "test_sbc_smoke")
 
