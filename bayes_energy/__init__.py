@@ -39,7 +39,7 @@ def threads() -> int:
     """Cores the package's parallel work may use: sampling chains and prediction chunks.
 
     ``$BAYES_ENERGY_THREADS`` if set (e.g. 1 for each of several fits run side by side),
-    else the cores this process may run on.
+    else the cores this process may run on (:func:`bayes_energy.runner.meters.logical_cores`).
     """
     env = os.environ.get("BAYES_ENERGY_THREADS", "").strip()
     if env:
@@ -47,10 +47,9 @@ def threads() -> int:
             return max(1, int(env))
         except ValueError:
             raise ValueError(f"BAYES_ENERGY_THREADS must be a whole number of threads, got {env!r}") from None
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    from .runner.meters import logical_cores
+
+    return logical_cores()
 
 
 def __getattr__(name: str):
