@@ -265,10 +265,12 @@ class BayesRunner:
     posterior of the others unchanged.
     """
 
-    def __init__(self, name: str, full: pd.DataFrame, draws: int, tune: int, chains: int):
+    def __init__(self, name: str, full: pd.DataFrame, draws: int, tune: int, chains: int,
+                 eigval_cutoff: float | None = None):
         from bayes_energy.models.refit import compile_model
 
         self.name, self.draws, self.tune, self.chains = name, draws, tune, chains
+        self.eigval_cutoff = eigval_cutoff
         model, overrides = BAYES_VARIANTS[name]
         self.compiled = compile_model(model, full, overrides)
         self.compile_s = self.compiled.compile_s
@@ -276,7 +278,8 @@ class BayesRunner:
     def fit(self, train: pd.DataFrame, seed: int):
         from bayes_energy.models.refit import refit
 
-        return refit(self.compiled, train, seed=seed, draws=self.draws, tune=self.tune, chains=self.chains)
+        return refit(self.compiled, train, seed=seed, draws=self.draws, tune=self.tune, chains=self.chains,
+                     eigval_cutoff=self.eigval_cutoff)
 
 
 def fit_diagnostics(idata) -> dict:
@@ -392,14 +395,15 @@ def markdown_table(summary: pd.DataFrame) -> str:
 def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 1000, tune: int = 300,
         chains: int = 2, models: tuple[str, ...] = tuple(POINT_MODELS) + BAYES_MODELS,
         settings: tuple[str, ...] = SETTINGS + EXTRA_SETTINGS, out: Path | None = None,
-        data: str | None = None, tag: str | None = None, inner: bool = False, log=print) -> pd.DataFrame:
+        data: str | None = None, tag: str | None = None, inner: bool = False, eigval_cutoff: float | None = None,
+        log=print) -> pd.DataFrame:
     """Run the protocol; write ``mayaki2026_seedN.csv`` (+ ``.md`` and per-split rows); return the summary."""
     t_start = time.perf_counter()
     df = load_mayaki2026(data)
     runners = {}
     for name in BAYES_VARIANTS:
         if name in models:
-            runners[name] = BayesRunner(name, df, draws=draws, tune=tune, chains=chains)
+            runners[name] = BayesRunner(name, df, draws=draws, tune=tune, chains=chains, eigval_cutoff=eigval_cutoff)
             log(f"compiled {name} in {runners[name].compile_s:.0f} s")
     records = []
     for setting in settings:
@@ -454,7 +458,8 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
     summary.to_csv(out / f"{stem}.csv", index=False, float_format="%.5g")
     rows.to_csv(out / f"{stem}_splits.csv", index=False, float_format="%.5g")
     conf = (f"seed {seed}; {summary['n_splits'].max()} splits per setting; Bayesian fits: {chains} chains x "
-            f"{tune} tune + {draws} draws (nutpie, low-rank mass matrix); wall time {wall:.0f} s on "
+            f"{tune} tune + {draws} draws (nutpie, low-rank mass matrix"
+            + (f", eigenvalue cutoff {eigval_cutoff:g}" if eigval_cutoff is not None else "") + f"); wall time {wall:.0f} s on "
             f"{_cpus()} CPU(s)")
     (out / f"{stem}.md").write_text(
         f"# Mayaki (2026) grouped cross-validation, {conf}\n\n"
@@ -491,6 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draws", type=int, default=1000)
     p.add_argument("--tune", type=int, default=300)
     p.add_argument("--chains", type=int, default=2)
+    p.add_argument("--eigval-cutoff", type=float, default=None,
+                   help="nutpie's low-rank eigenvalue cutoff (default bayes_energy.models.sample.EIGVAL_CUTOFF)")
     p.add_argument("--models", default=",".join(tuple(POINT_MODELS) + BAYES_MODELS))
     p.add_argument("--settings", default=",".join(SETTINGS + EXTRA_SETTINGS))
     p.add_argument("--out", default=None, help="output folder (default benchmarks/results)")
@@ -505,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     run(seed=a.seed, n_splits=a.splits, quick=a.quick, draws=a.draws, tune=a.tune, chains=a.chains,
         models=tuple(a.models.split(",")), settings=tuple(a.settings.split(",")), out=a.out, data=a.data, tag=a.tag, inner=a.inner,
-        log=lambda s: print(s, flush=True))
+        eigval_cutoff=a.eigval_cutoff, log=lambda s: print(s, flush=True))
     return 0
 
 

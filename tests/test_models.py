@@ -303,6 +303,26 @@ def test_rotated_cells_are_the_same_posterior_on_another_basis(spec, table):
 
 
 
+def test_the_low_rank_cutoff_reaches_nutpie_and_a_bad_one_is_refused():
+    from bayes_energy.models.cache import compile_nutpie
+    from bayes_energy.models.sample import (
+        EIGVAL_CUTOFF,
+        kept_vars,
+        nuts_settings,
+        run_nutpie,
+    )
+    from bayes_energy.simulate import tiny_sweep
+
+    df = tiny_sweep(0)  # the model of the test below and of tests/test_compile_cache.py: compiled once
+    model = build_model(ModelSpec.from_table(df, "pooled", default_config("pooled")), df)
+    compiled = compile_nutpie(model, var_names=kept_vars(model))
+    default, wide = (run_nutpie(compiled, draws=30, tune=60, chains=1, seed=4, eigval_cutoff=c).posterior
+                     for c in (EIGVAL_CUTOFF, 1e6))  # 1e6: no direction corrected
+    assert not all(np.array_equal(default[v].values, wide[v].values) for v in default.data_vars)
+    with pytest.raises(ValueError, match="eigval_cutoff must be above 1"):
+        nuts_settings(eigval_cutoff=1.0)
+
+
 def test_chains_start_near_the_posterior_mode_each_from_its_own_seed(monkeypatch):
     import nutpie
     import xarray as xr

@@ -123,7 +123,8 @@ def _check_levels(compiled: CompiledModel, df: pd.DataFrame) -> None:
 
 
 def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, draws: int = DRAWS, tune: int = TUNE,
-          chains: int = 4, progress: bool = False, target_accept: float | None = None) -> az.InferenceData:
+          chains: int = 4, progress: bool = False, target_accept: float | None = None,
+          eigval_cutoff: float | None = None) -> az.InferenceData:
     """Sample the compiled model on a new table, with no new compile.
 
     Parameters
@@ -140,6 +141,9 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
     target_accept : float, optional
         NUTS target acceptance (default that of
         :data:`bayes_energy.models.sample.TARGET_ACCEPT`).
+    eigval_cutoff : float, optional
+        nutpie's low-rank eigenvalue cutoff (default
+        :data:`bayes_energy.models.sample.EIGVAL_CUTOFF`).
 
     Returns
     -------
@@ -154,7 +158,7 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
         When the table is empty or holds a level the model was not compiled for.
     """
     from .build import model_data
-    from .sample import attach_provenance, run_nutpie
+    from .sample import EIGVAL_CUTOFF, attach_provenance, run_nutpie
 
     if not isinstance(compiled, CompiledModel):
         raise TypeError(f"refit needs the CompiledModel that compile_model returns, got {type(compiled).__name__}")
@@ -168,7 +172,8 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
     # only the pm.Data the compiled graph uses are its shared variables
     data = {k: v for k, v in model_data(spec, df).items() if k in compiled.compiled.shared_data}
     idata = run_nutpie(compiled.compiled.with_data(**data), draws=draws, tune=tune, chains=chains, seed=seed,
-                       progress=progress, target_accept=target_accept)
+                       progress=progress, target_accept=target_accept,
+                       eigval_cutoff=EIGVAL_CUTOFF if eigval_cutoff is None else eigval_cutoff)
     idata = attach_provenance(idata, spec, df)
     idata.posterior.attrs["sampler"] = "nutpie (compiled once, refitted with with_data)"
     return idata

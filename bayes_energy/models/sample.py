@@ -27,7 +27,7 @@ from .io import table_hash
 from .spec import ModelSpec
 
 __all__ = ["fit", "sample_model", "table_hash", "SAMPLERS", "attach_provenance", "kept_vars", "nuts_settings",
-           "TARGET_ACCEPT", "MAXDEPTH", "run_nutpie", "start_at_mode", "INIT_JITTER"]
+           "TARGET_ACCEPT", "MAXDEPTH", "EIGVAL_CUTOFF", "run_nutpie", "start_at_mode", "INIT_JITTER"]
 
 #: Samplers: ``nutpie`` (default, numba-compiled NUTS), ``pymc`` (PyMC's NUTS
 #: on the C backend) and ``numba`` (PyMC's NUTS on the numba backend).
@@ -40,6 +40,11 @@ TARGET_ACCEPT = 0.9
 #: warm-up, before the low-rank mass matrix has adapted, runs trees of ~1000 steps: 90 % of the reference
 #: fit's gradient evaluations went there (docs/speed.md, section 5). Adapted draws need 15-30 steps.
 MAXDEPTH = 8
+#: nutpie's low-rank mass matrix corrects the directions whose posterior variance differs from the diagonal's
+#: by more than this factor (nutpie's ``mass_matrix_eigval_cutoff``: its docstring says 100, its settings hold 2).
+#: At 10 the harness's pooled-setting hierarchical split fits ended above R-hat 1.01 in 2 of 20 instead of 19, at
+#: ~2x the time per fit (docs/speed.md, section 15); 2 stays until command 1, the reference fit and SBC are measured.
+EIGVAL_CUTOFF = 2.0
 #: Half-width of the uniform jitter around the posterior mode that each chain starts from, on the
 #: unconstrained scale (:func:`start_at_mode`). PyMC's own start jitters its prior-centre point by 1.0; around the
 #: mode, 1.0 sent a harness GPT split to R-hat 1.13 where 0.1 gave 1.007 (docs/speed.md, section 13).
@@ -48,14 +53,17 @@ INIT_JITTER = 0.1
 DROP_VARS = ("log_eta_curve",)
 
 
-def nuts_settings(target_accept: float | None = None) -> dict:
+def nuts_settings(target_accept: float | None = None, eigval_cutoff: float = EIGVAL_CUTOFF) -> dict:
     """Keyword arguments of every ``nutpie.sample`` call of the package (fit, refit, SBC, benchmarks).
 
     The log proxies are strongly collinear inside a cell (ln C, ln M, tokens all follow model size):
     a low-rank-modified mass matrix adapts to that (a diagonal one ran ~1000 leapfrog steps per draw on
-    the reference table, R-hat 1.15); :data:`MAXDEPTH` caps the trees of early warm-up.
+    the reference table, R-hat 1.15); :data:`MAXDEPTH` caps the trees of early warm-up; ``eigval_cutoff``:
+    :data:`EIGVAL_CUTOFF`.
     """
-    return {"low_rank_modified_mass_matrix": True, "maxdepth": MAXDEPTH,
+    if not eigval_cutoff > 1:
+        raise ValueError(f"eigval_cutoff must be above 1, got {eigval_cutoff}")
+    return {"low_rank_modified_mass_matrix": True, "maxdepth": MAXDEPTH, "mass_matrix_eigval_cutoff": float(eigval_cutoff),
             "target_accept": TARGET_ACCEPT if target_accept is None else target_accept}
 
 
@@ -112,14 +120,16 @@ def start_at_mode(compiled, seed: int | None = None, jitter: float = INIT_JITTER
 
 
 def run_nutpie(compiled, draws: int = DRAWS, tune: int = TUNE, chains: int = 4, seed: int | None = None,
-               progress: bool = False, target_accept: float | None = None) -> az.InferenceData:
+               progress: bool = False, target_accept: float | None = None,
+               eigval_cutoff: float = EIGVAL_CUTOFF) -> az.InferenceData:
     """``nutpie.sample`` as every fit of the package runs it: chains from the mode (:func:`start_at_mode`),
     :func:`nuts_settings`, a core per chain (up to :func:`bayes_energy.threads`), and the warm-up draws dropped
     (their tree sizes stay)."""
     import nutpie
 
     idata = nutpie.sample(start_at_mode(compiled, seed), draws=int(draws), tune=int(tune), chains=int(chains),
-                          seed=seed, progress_bar=progress, cores=min(int(chains), threads()), **nuts_settings(target_accept))
+                          seed=seed, progress_bar=progress, cores=min(int(chains), threads()),
+                          **nuts_settings(target_accept, eigval_cutoff))
     # the tuning draws are not posterior draws (PyMC discards them too); their tree sizes
     # (warmup_sample_stats) stay, to show how warm-up went. Dropping them saves ~1 s of each save
     # and load of a fit and 3 MB of README command 1's posterior.nc (docs/speed.md, section 11).
