@@ -42,8 +42,8 @@ TARGET_ACCEPT = 0.9
 MAXDEPTH = 8
 #: nutpie's low-rank mass matrix corrects the directions whose posterior variance differs from the diagonal's
 #: by more than this factor (nutpie's ``mass_matrix_eigval_cutoff``: its docstring says 100, its settings hold 2).
-#: At 10 the harness's pooled-setting hierarchical split fits ended above R-hat 1.01 in 2 of 20 instead of 19, at
-#: ~2x the time per fit (docs/speed.md, section 15); 2 stays until command 1, the reference fit and SBC are measured.
+#: At 10 the harness's split fits ended above R-hat 1.01 in 13 of 123 instead of 51, with the same held-out numbers,
+#: at 1.75x the harness's time (docs/speed.md, section 15); 2 stays until SBC and fewer draws are measured with 10.
 EIGVAL_CUTOFF = 2.0
 #: Half-width of the uniform jitter around the posterior mode that each chain starts from, on the
 #: unconstrained scale (:func:`start_at_mode`). PyMC's own start jitters its prior-centre point by 1.0; around the
