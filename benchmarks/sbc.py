@@ -86,7 +86,7 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
     from bayes_energy.models.build import build_model, model_data
     from bayes_energy.models.cache import compile_nutpie
     from bayes_energy.models.io import sample_array
-    from bayes_energy.models.sample import EIGVAL_CUTOFF, kept_vars, run_nutpie
+    from bayes_energy.models.sample import kept_vars, run_nutpie
     from bayes_energy.schema import SchemaError
     from bayes_energy.simulate import (
         design_spec,
@@ -131,7 +131,7 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
             warnings.simplefilter("ignore")
             idata = run_nutpie(compiled.with_data(**data), draws=draws, tune=tune, chains=chains,
                                seed=int(rng.integers(2**31)), target_accept=target_accept,
-                               eigval_cutoff=EIGVAL_CUTOFF if eigval_cutoff is None else eigval_cutoff)
+                               eigval_cutoff=eigval_cutoff)
         post = idata.posterior
         div = int(idata.sample_stats["diverging"].sum())
         for var, idx, label in params:

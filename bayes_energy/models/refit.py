@@ -158,7 +158,7 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
         When the table is empty or holds a level the model was not compiled for.
     """
     from .build import model_data
-    from .sample import EIGVAL_CUTOFF, attach_provenance, run_nutpie
+    from .sample import attach_provenance, run_nutpie
 
     if not isinstance(compiled, CompiledModel):
         raise TypeError(f"refit needs the CompiledModel that compile_model returns, got {type(compiled).__name__}")
@@ -173,7 +173,7 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
     data = {k: v for k, v in model_data(spec, df).items() if k in compiled.compiled.shared_data}
     idata = run_nutpie(compiled.compiled.with_data(**data), draws=draws, tune=tune, chains=chains, seed=seed,
                        progress=progress, target_accept=target_accept,
-                       eigval_cutoff=EIGVAL_CUTOFF if eigval_cutoff is None else eigval_cutoff)
+                       eigval_cutoff=eigval_cutoff)
     idata = attach_provenance(idata, spec, df)
     idata.posterior.attrs["sampler"] = "nutpie (compiled once, refitted with with_data)"
     return idata

@@ -53,14 +53,15 @@ INIT_JITTER = 0.1
 DROP_VARS = ("log_eta_curve",)
 
 
-def nuts_settings(target_accept: float | None = None, eigval_cutoff: float = EIGVAL_CUTOFF) -> dict:
+def nuts_settings(target_accept: float | None = None, eigval_cutoff: float | None = None) -> dict:
     """Keyword arguments of every ``nutpie.sample`` call of the package (fit, refit, SBC, benchmarks).
 
     The log proxies are strongly collinear inside a cell (ln C, ln M, tokens all follow model size):
     a low-rank-modified mass matrix adapts to that (a diagonal one ran ~1000 leapfrog steps per draw on
-    the reference table, R-hat 1.15); :data:`MAXDEPTH` caps the trees of early warm-up; ``eigval_cutoff``:
-    :data:`EIGVAL_CUTOFF`.
+    the reference table, R-hat 1.15); :data:`MAXDEPTH` caps the trees of early warm-up. ``None`` means the
+    package's :data:`TARGET_ACCEPT` and :data:`EIGVAL_CUTOFF`.
     """
+    eigval_cutoff = EIGVAL_CUTOFF if eigval_cutoff is None else eigval_cutoff
     if not eigval_cutoff > 1:
         raise ValueError(f"eigval_cutoff must be above 1, got {eigval_cutoff}")
     return {"low_rank_modified_mass_matrix": True, "maxdepth": MAXDEPTH, "mass_matrix_eigval_cutoff": float(eigval_cutoff),
@@ -121,7 +122,7 @@ def start_at_mode(compiled, seed: int | None = None, jitter: float = INIT_JITTER
 
 def run_nutpie(compiled, draws: int = DRAWS, tune: int = TUNE, chains: int = 4, seed: int | None = None,
                progress: bool = False, target_accept: float | None = None,
-               eigval_cutoff: float = EIGVAL_CUTOFF) -> az.InferenceData:
+               eigval_cutoff: float | None = None) -> az.InferenceData:
     """``nutpie.sample`` as every fit of the package runs it: chains from the mode (:func:`start_at_mode`),
     :func:`nuts_settings`, a core per chain (up to :func:`bayes_energy.threads`), and the warm-up draws dropped
     (their tree sizes stay)."""
