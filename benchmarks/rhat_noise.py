@@ -6,7 +6,7 @@ fit: 536 of them for a hierarchical split fit. Even chains that all sample the s
 chains that sample exactly the target (standard normal): ``slow`` scalars are AR(1) chains whose total ESS is
 ``ess``, the rest independent draws; it reports the share of ``reps`` simulated fits whose max R-hat is above 1.01.
 
-    python benchmarks/rhat_noise.py            # ~15 min on 2 cores
+    python benchmarks/rhat_noise.py            # ~6 min on 2 cores (2026-12-07, beside another job)
 
 Writes benchmarks/results/rhat_noise.csv and .md.
 """

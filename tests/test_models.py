@@ -303,19 +303,22 @@ def test_rotated_cells_are_the_same_posterior_on_another_basis(spec, table):
 
 
 
-def test_the_low_rank_cutoff_reaches_nutpie_and_a_bad_one_is_refused():
+@pytest.fixture(scope="module")
+def tiny_compiled():
+    """The pooled model of ``tiny_sweep(0)``, compiled for nutpie (the model of tests/test_compile_cache.py too)."""
     from bayes_energy.models.cache import compile_nutpie
-    from bayes_energy.models.sample import (
-        EIGVAL_CUTOFF,
-        kept_vars,
-        nuts_settings,
-        run_nutpie,
-    )
+    from bayes_energy.models.sample import kept_vars
     from bayes_energy.simulate import tiny_sweep
 
-    df = tiny_sweep(0)  # the model of the test below and of tests/test_compile_cache.py: compiled once
+    df = tiny_sweep(0)
     model = build_model(ModelSpec.from_table(df, "pooled", default_config("pooled")), df)
-    compiled = compile_nutpie(model, var_names=kept_vars(model))
+    return compile_nutpie(model, var_names=kept_vars(model))
+
+
+def test_the_low_rank_cutoff_reaches_nutpie_and_a_bad_one_is_refused(tiny_compiled):
+    from bayes_energy.models.sample import EIGVAL_CUTOFF, nuts_settings, run_nutpie
+
+    compiled = tiny_compiled
     default, wide = (run_nutpie(compiled, draws=30, tune=60, chains=1, seed=4, eigval_cutoff=c).posterior
                      for c in (EIGVAL_CUTOFF, 1e6))  # 1e6: no direction corrected
     assert not all(np.array_equal(default[v].values, wide[v].values) for v in default.data_vars)
@@ -323,23 +326,18 @@ def test_the_low_rank_cutoff_reaches_nutpie_and_a_bad_one_is_refused():
         nuts_settings(eigval_cutoff=1.0)
 
 
-def test_chains_start_near_the_posterior_mode_each_from_its_own_seed(monkeypatch):
+def test_chains_start_near_the_posterior_mode_each_from_its_own_seed(monkeypatch, tiny_compiled):
     import nutpie
     import xarray as xr
 
-    from bayes_energy.models.cache import compile_nutpie
     from bayes_energy.models.sample import (
         INIT_JITTER,
         _logp_and_gradient,
-        kept_vars,
         run_nutpie,
         start_at_mode,
     )
-    from bayes_energy.simulate import tiny_sweep
 
-    df = tiny_sweep(0)  # the model of tests/test_compile_cache.py: one compile for both
-    model = build_model(ModelSpec.from_table(df, "pooled", default_config("pooled")), df)
-    compiled = compile_nutpie(model, var_names=kept_vars(model))
+    compiled = tiny_compiled
     neg_logp = _logp_and_gradient(compiled)
     mode = start_at_mode(compiled, seed=5, jitter=0.0).initial_point_func(1)
     pymc_starts = [compiled.initial_point_func(s) for s in range(5)]
