@@ -326,6 +326,18 @@ def test_the_low_rank_cutoff_reaches_nutpie_and_a_bad_one_is_refused(tiny_compil
         nuts_settings(eigval_cutoff=1.0)
 
 
+def test_the_mass_matrix_window_reaches_nutpie(monkeypatch, tiny_compiled):
+    import bayes_energy.models.sample as sample
+
+    def draws(window):
+        monkeypatch.setattr(sample, "MASS_MATRIX_WINDOW", window)
+        # 200 tuning steps: nutpie's own window (80) switches twice, ours (150) once
+        return sample.run_nutpie(tiny_compiled, draws=30, tune=200, chains=1, seed=4).posterior
+
+    ours, nutpies = draws(sample.MASS_MATRIX_WINDOW), draws(80)
+    assert not all(np.array_equal(ours[v].values, nutpies[v].values) for v in ours.data_vars)
+
+
 def test_chains_start_near_the_posterior_mode_each_from_its_own_seed(monkeypatch, tiny_compiled):
     import nutpie
     import xarray as xr

@@ -45,6 +45,13 @@ MAXDEPTH = 8
 #: At 10 the harness's split fits ended above R-hat 1.01 in 13 of 123 instead of 51, with the same held-out numbers,
 #: at 1.75x the harness's time (docs/speed.md, section 15); 2 stays until SBC and fewer draws are measured with 10.
 EIGVAL_CUTOFF = 2.0
+#: Warm-up draws between two switches of the window the mass matrix is estimated from (nutpie's
+#: ``mass_matrix_switch_freq`` and ``window_switch_freq``, 80 by default). A low-rank estimate of ~500
+#: coordinates from 80 draws is mostly noise; from up to 150 it is less so. With 150 the harness's pooled-setting
+#: hierarchical fits ended above R-hat 1.01 in 13 of 20 instead of 19, at the same time (305 s against 303 s), and
+#: README command 1's and the reference fit's min ESS bulk rose from 553 and 671 to 601 and 701 at the same
+#: seed (docs/speed.md, section 16). Shorter windows (20, 30) left a worse mass matrix (section 5).
+MASS_MATRIX_WINDOW = 150
 #: Half-width of the uniform jitter around the posterior mode that each chain starts from, on the
 #: unconstrained scale (:func:`start_at_mode`). PyMC's own start jitters its prior-centre point by 1.0; around the
 #: mode, 1.0 sent a harness GPT split to R-hat 1.13 where 0.1 gave 1.007 (docs/speed.md, section 13).
@@ -65,6 +72,7 @@ def nuts_settings(target_accept: float | None = None, eigval_cutoff: float | Non
     if not eigval_cutoff > 1:
         raise ValueError(f"eigval_cutoff must be above 1, got {eigval_cutoff}")
     return {"low_rank_modified_mass_matrix": True, "maxdepth": MAXDEPTH, "mass_matrix_eigval_cutoff": float(eigval_cutoff),
+            "mass_matrix_switch_freq": MASS_MATRIX_WINDOW, "window_switch_freq": MASS_MATRIX_WINDOW,
             "target_accept": TARGET_ACCEPT if target_accept is None else target_accept}
 
 
