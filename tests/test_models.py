@@ -327,7 +327,7 @@ def test_the_low_rank_cutoff_reaches_nutpie_and_a_bad_one_is_refused(tiny_compil
 
 
 def test_the_mass_matrix_window_reaches_nutpie(monkeypatch, tiny_compiled):
-    import bayes_energy.models.sample as sample
+    from bayes_energy.models import sample
 
     def draws(window):
         monkeypatch.setattr(sample, "MASS_MATRIX_WINDOW", window)
