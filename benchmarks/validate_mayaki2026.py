@@ -61,6 +61,7 @@ from _tables import RESULTS, markdown  # noqa: E402
 
 from bayes_energy.datasets import load_mayaki2026  # noqa: E402
 from bayes_energy.models.ols import fit_ols  # noqa: E402
+from bayes_energy.models.sample import nuts_settings  # noqa: E402
 from bayes_energy.models.spec import design_frame  # noqa: E402
 
 SETTINGS = ("bert", "gpt", "pooled")
@@ -457,9 +458,10 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
             + (f"_{tag}" if tag else ""))
     summary.to_csv(out / f"{stem}.csv", index=False, float_format="%.5g")
     rows.to_csv(out / f"{stem}_splits.csv", index=False, float_format="%.5g")
+    nuts = nuts_settings(eigval_cutoff=eigval_cutoff)
     conf = (f"seed {seed}; {summary['n_splits'].max()} splits per setting; Bayesian fits: {chains} chains x "
-            f"{tune} tune + {draws} draws (nutpie, low-rank mass matrix"
-            + (f", eigenvalue cutoff {eigval_cutoff:g}" if eigval_cutoff is not None else "") + f"); wall time {wall:.0f} s on "
+            f"{tune} tune + {draws} draws (nutpie, low-rank mass matrix, eigenvalue cutoff "
+            f"{nuts['mass_matrix_eigval_cutoff']:g}, window {nuts['mass_matrix_switch_freq']}); wall time {wall:.0f} s on "
             f"{_cpus()} CPU(s)")
     (out / f"{stem}.md").write_text(
         f"# Mayaki (2026) grouped cross-validation, {conf}\n\n"
