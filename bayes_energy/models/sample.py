@@ -42,13 +42,13 @@ TARGET_ACCEPT = 0.9
 MAXDEPTH = 8
 #: nutpie's low-rank mass matrix corrects the directions whose posterior variance differs from the diagonal's
 #: by more than this factor (nutpie's ``mass_matrix_eigval_cutoff``: its docstring says 100, its settings hold 2).
-#: At 10 the harness's split fits ended above R-hat 1.01 in 13 of 123 instead of 51, with the same held-out numbers,
-#: at 1.75x the harness's time (docs/speed.md, section 15); 2 stays until SBC and fewer draws are measured with 10.
+#: At 10 (with :data:`MASS_MATRIX_WINDOW`) the harness's split fits ended above R-hat 1.01 in 11 of 123 instead of 33,
+#: with the same held-out numbers, at ~1.9x the harness's time (docs/speed.md, sections 15-16); 2 stays for that time.
 EIGVAL_CUTOFF = 2.0
 #: Warm-up draws between two switches of the window the mass matrix is estimated from (nutpie's
 #: ``mass_matrix_switch_freq`` and ``window_switch_freq``, 80 by default). A low-rank estimate of ~500
-#: coordinates from 80 draws is mostly noise; from up to 150 it is less so. With 150 the harness's pooled-setting
-#: hierarchical fits ended above R-hat 1.01 in 13 of 20 instead of 19, at the same time (305 s against 303 s), and
+#: coordinates from 80 draws is mostly noise; from up to 150 it is less so. With 150 the harness's split fits ended
+#: above R-hat 1.01 in 33 of 123 instead of 51, in the same time (958 s against 961 s), SBC stayed uniform, and
 #: README command 1's and the reference fit's min ESS bulk rose from 553 and 671 to 601 and 701 at the same
 #: seed (docs/speed.md, section 16). Shorter windows (20, 30) left a worse mass matrix (section 5).
 MASS_MATRIX_WINDOW = 150
