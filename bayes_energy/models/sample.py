@@ -65,8 +65,9 @@ def nuts_settings(target_accept: float | None = None, eigval_cutoff: float | Non
 
     The log proxies are strongly collinear inside a cell (ln C, ln M, tokens all follow model size):
     a low-rank-modified mass matrix adapts to that (a diagonal one ran ~1000 leapfrog steps per draw on
-    the reference table, R-hat 1.15); :data:`MAXDEPTH` caps the trees of early warm-up. ``None`` means the
-    package's :data:`TARGET_ACCEPT` and :data:`EIGVAL_CUTOFF`.
+    the reference table, R-hat 1.15), re-estimated every :data:`MASS_MATRIX_WINDOW` warm-up draws;
+    :data:`MAXDEPTH` caps the trees of early warm-up. ``None`` means the package's :data:`TARGET_ACCEPT` and
+    :data:`EIGVAL_CUTOFF`.
     """
     eigval_cutoff = EIGVAL_CUTOFF if eigval_cutoff is None else eigval_cutoff
     if not eigval_cutoff > 1:
