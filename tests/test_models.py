@@ -318,8 +318,7 @@ def tiny_compiled():
 def test_the_low_rank_cutoff_reaches_nutpie_and_a_bad_one_is_refused(tiny_compiled):
     from bayes_energy.models.sample import EIGVAL_CUTOFF, nuts_settings, run_nutpie
 
-    compiled = tiny_compiled
-    default, wide = (run_nutpie(compiled, draws=30, tune=60, chains=1, seed=4, eigval_cutoff=c).posterior
+    default, wide = (run_nutpie(tiny_compiled, draws=30, tune=60, chains=1, seed=4, eigval_cutoff=c).posterior
                      for c in (EIGVAL_CUTOFF, 1e6))  # 1e6: no direction corrected
     assert not all(np.array_equal(default[v].values, wide[v].values) for v in default.data_vars)
     with pytest.raises(ValueError, match="eigval_cutoff must be above 1"):

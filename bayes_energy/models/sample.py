@@ -27,7 +27,7 @@ from .io import table_hash
 from .spec import ModelSpec
 
 __all__ = ["fit", "sample_model", "table_hash", "SAMPLERS", "attach_provenance", "kept_vars", "nuts_settings",
-           "TARGET_ACCEPT", "MAXDEPTH", "EIGVAL_CUTOFF", "run_nutpie", "start_at_mode", "INIT_JITTER"]
+           "TARGET_ACCEPT", "MAXDEPTH", "EIGVAL_CUTOFF", "MASS_MATRIX_WINDOW", "run_nutpie", "start_at_mode", "INIT_JITTER"]
 
 #: Samplers: ``nutpie`` (default, numba-compiled NUTS), ``pymc`` (PyMC's NUTS
 #: on the C backend) and ``numba`` (PyMC's NUTS on the numba backend).
