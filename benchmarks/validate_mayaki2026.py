@@ -33,8 +33,11 @@ pooling, for comparison.
 Metrics per split: ``r2``, ``rmse``, ``slope`` (of observed on predicted),
 ``cov50``/``cov80``/``cov90``/``cov95``, ``hw90``/``hw95`` (multiplicative half-width of the 90 / 95 %
 interval: e^q for conformal, median over rows of exp((q97.5 - q2.5)/2) for
-the posterior predictive), ``mlpd``, ``divergences``, ``max_rhat``. The table
-holds their median and interquartile range over splits.
+the posterior predictive), ``mlpd``, ``divergences``, ``max_rhat``; and for the run time (ln s), which
+the package predicts beside the energy, ``t_r2``, ``t_rmse``, ``t_cov90`` and ``t_hw90`` (the Bayesian
+models' predictive draws; gradient boosting on ln s with the same features and conformal intervals; the
+paper's least squares law is for energy only). The table holds their median and interquartile range over
+splits.
 
 Command (the README's headline rows)::
 
@@ -100,7 +103,10 @@ EXTRA_ONLY = ("hierarchical_population_hw",)
 BAYES_MODELS = ("pooled", "hierarchical")
 #: Extra settings: a hardware type left out; a hardware x family cell left out.
 EXTRA_SETTINGS = ("new_hw", "new_cell")
-METRICS = ("r2", "rmse", "slope", "cov50", "cov80", "cov90", "hw90", "cov95", "hw95", "mlpd", "eta_rmse", "divergences", "max_rhat")
+METRICS = ("r2", "rmse", "slope", "cov50", "cov80", "cov90", "hw90", "cov95", "hw95", "mlpd", "eta_rmse",
+           "t_r2", "t_rmse", "t_cov90", "t_hw90", "divergences", "max_rhat")
+#: What each point model predicts: the energy, and for gradient boosting also the run time.
+TARGETS = {"energy_j": "", "time_s": "t_"}
 GB_FEATURES = ("log_compute", "log_memory", "log_params", "log_tokens", "log_seq_len", "log_batch", "log_n_gpus")
 
 
@@ -217,7 +223,7 @@ def _gb_features(df: pd.DataFrame, post_run: bool) -> np.ndarray:
     return np.column_stack(cols)
 
 
-def _gb_predict(train, test, post_run, seed=0):
+def _gb_predict(train, test, post_run, seed=0, target="energy_j"):
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
@@ -230,30 +236,40 @@ def _gb_predict(train, test, post_run, seed=0):
                                        categorical_features=[7, 8, 9])
     # one OpenMP thread: on 2 busy cores the threaded trees were ~300x slower (spin-waiting)
     with threadpool_limits(1, user_api="openmp"):
-        gb.fit(_gb_features(tr, post_run), np.log(train["energy_j"].to_numpy(float)))
+        gb.fit(_gb_features(tr, post_run), np.log(train[target].to_numpy(float)))
         return gb.predict(_gb_features(te, post_run))
 
 
+#: name -> {target: predict(train, test)}: ln of the target on the test rows.
 POINT_MODELS = {
-    "ols_post": lambda tr, te: _ols_predict(tr, te, True),
-    "ols_pre": lambda tr, te: _ols_predict(tr, te, False),
-    "gb_pre": lambda tr, te: _gb_predict(tr, te, False),
-    "gb_post": lambda tr, te: _gb_predict(tr, te, True),
+    "ols_post": {"energy_j": lambda tr, te: _ols_predict(tr, te, True)},
+    "ols_pre": {"energy_j": lambda tr, te: _ols_predict(tr, te, False)},
+    "gb_pre": {t: (lambda tr, te, t=t: _gb_predict(tr, te, False, target=t)) for t in TARGETS},
+    "gb_post": {t: (lambda tr, te, t=t: _gb_predict(tr, te, True, target=t)) for t in TARGETS},
 }
 
 
 def evaluate_point(name: str, train: pd.DataFrame, test: pd.DataFrame, seed: int) -> dict:
     """Point metrics from a fit on all training rows; conformal intervals from the 80/20 split."""
-    fn = POINT_MODELS[name]
-    y = np.log(test["energy_j"].to_numpy(float))
-    out = point_metrics(y, fn(train, test))
     pr, ca = calibration_split(train, test, seed)
     proper, cal = train.iloc[pr].reset_index(drop=True), train.iloc[ca].reset_index(drop=True)
     both = pd.concat([cal, test], ignore_index=True)
-    pred = fn(proper, both)
-    resid_cal = np.log(cal["energy_j"].to_numpy(float)) - pred[: len(cal)]
-    out.update(conformal_metrics(y, pred[len(cal):], resid_cal))
+    out = {}
+    for target, fn in POINT_MODELS[name].items():
+        y = np.log(test[target].to_numpy(float))
+        m = point_metrics(y, fn(train, test))
+        pred = fn(proper, both)
+        resid_cal = np.log(cal[target].to_numpy(float)) - pred[: len(cal)]
+        m.update(conformal_metrics(y, pred[len(cal):], resid_cal))
+        out.update(_prefixed(m, TARGETS[target]))
     return out
+
+
+def _prefixed(metrics: dict, prefix: str) -> dict:
+    """``metrics`` as they are for the energy (no prefix); the run time's named columns as ``t_<name>``."""
+    if not prefix:
+        return metrics
+    return {f"{prefix}{k}": metrics[k] for k in ("r2", "rmse", "cov90", "hw90")}
 
 
 # ---------------------------------------------------------------- Bayesian models
@@ -342,6 +358,7 @@ def evaluate_bayes(runner: BayesRunner, train: pd.DataFrame, test: pd.DataFrame,
     idata = runner.fit(train, seed)
     diag = fit_diagnostics(idata)
     y = np.log(test["energy_j"].to_numpy(float))
+    y_time = np.log(test["time_s"].to_numpy(float))
     out = {}
     for mode in ("post", "pre"):
         with warnings.catch_warnings():
@@ -350,6 +367,8 @@ def evaluate_bayes(runner: BayesRunner, train: pd.DataFrame, test: pd.DataFrame,
             draws, eta_draws = pred["log_energy_j"], pred["log_eta"]
         m = point_metrics(y, draws.mean(axis=0))
         m.update(draw_metrics(y, draws))
+        t = pred["log_time_s"]
+        m.update(_prefixed(point_metrics(y_time, t.mean(axis=0)) | draw_metrics(y_time, t), TARGETS["time_s"]))
         m["mlpd"] = mlpd(y, *energy_loc_scale(idata, test, mode, seed))
         if mode == "pre":
             # held-out ln efficiency of multi-device rows: what the speedup-curve sub-model gets right
@@ -386,6 +405,7 @@ def markdown_table(summary: pd.DataFrame) -> str:
         return f"{r[m]:.{d}f} [{r[m + '_q25']:.{d}f}, {r[m + '_q75']:.{d}f}]"
 
     digits = {"r2": 3, "rmse": 3, "slope": 2, "cov50": 2, "cov80": 2, "cov90": 2, "hw90": 2, "cov95": 2, "hw95": 2, "mlpd": 2, "eta_rmse": 3,
+              "t_r2": 3, "t_rmse": 3, "t_cov90": 2, "t_hw90": 2,
               "divergences": 0, "max_rhat": 3}
     tab = pd.DataFrame({"setting": summary["setting"], "model": summary["model"], "splits": summary["n_splits"]})
     for m, d in digits.items():
@@ -467,7 +487,8 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
         f"# Mayaki (2026) grouped cross-validation, {conf}\n\n"
         "Median [interquartile range] over splits; held-out rows, ln kWh. `hw95`: multiplicative "
         "half-width of the 95 % interval. `new_hw`: one hardware type left out (one split each). "
-        "`new_cell`: one hardware x family cell left out whose hardware and family occur in other cells.\n\n"
+        "`new_cell`: one hardware x family cell left out whose hardware and family occur in other cells. "
+        "`t_*`: the run time (ln s), for the models that predict it.\n\n"
         + markdown_table(summary) + "\n" + convergence_line(rows) + "\n")
     log(f"wrote {out / (stem + '.csv')} ({wall:.0f} s)")
     return summary

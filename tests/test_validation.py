@@ -60,6 +60,14 @@ def test_harness_quick_table(tmp_path):
     assert (summary["hw95"] > 1).all()
     bayes = summary[summary["model"].str.startswith(("pooled", "hierarchical"))]
     assert np.isfinite(bayes["mlpd"]).all() and (bayes["max_rhat"] < 1.5).all()
+    # the run time, predicted beside the energy: by the Bayesian models and gradient boosting, not by the
+    # paper's energy law; in distribution the hierarchical model's ln s is nearly as good as its ln kWh
+    timed = summary["model"].str.startswith(("pooled", "hierarchical", "gb"))
+    assert summary.loc[timed, ["t_r2", "t_rmse", "t_cov90", "t_hw90"]].notna().all().all()
+    assert summary.loc[~timed, "t_r2"].isna().all()
+    assert summary.loc[timed, "t_cov90"].between(0, 1).all() and (summary.loc[timed, "t_hw90"] > 1).all()
+    hier = grouped[grouped["model"].str.startswith("hierarchical")]
+    assert (hier["t_r2"] > 0.9).all() and (hier["t_rmse"] < 0.2).all()
     fits = rows[rows["model"].str.endswith("_pre") & rows["max_rhat"].notna()]
     assert fits["minor_mode_chains"].between(0, 1).all()  # of two chains, at most one below the other
     assert "Bayesian split fits above R-hat 1.01: " in (tmp_path / "mayaki2026_seed7_quick.md").read_text()
