@@ -39,6 +39,11 @@ models' predictive draws; gradient boosting on ln s with the same features and c
 paper's least squares law is for energy only). The table holds their median and interquartile range over
 splits.
 
+A run that dies half-way loses at most the split in flight: after each split the rows so far go to
+``<stem>_splits.partial.csv`` (with the run's arguments in ``<stem>_splits.partial.json``), and re-running the
+same command goes on from there, as a re-run sweep does (``bayes_energy.runner.sweep``). Other arguments
+under the same file names are refused; ``--fresh`` starts over. The finished tables replace the partial files.
+
 Command (the README's headline rows)::
 
     .venv/bin/python benchmarks/validate_mayaki2026.py            # seed 2026, all splits
@@ -48,7 +53,9 @@ Command (the README's headline rows)::
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import sys
 import time
 import warnings
@@ -417,16 +424,28 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
         chains: int = 2, models: tuple[str, ...] = tuple(POINT_MODELS) + BAYES_MODELS,
         settings: tuple[str, ...] = SETTINGS + EXTRA_SETTINGS, out: Path | None = None,
         data: str | None = None, tag: str | None = None, inner: bool = False, eigval_cutoff: float | None = None,
-        log=print) -> pd.DataFrame:
-    """Run the protocol; write ``mayaki2026_seedN.csv`` (+ ``.md`` and per-split rows); return the summary."""
+        fresh: bool = False, log=print) -> pd.DataFrame:
+    """Run the protocol; write ``mayaki2026_seedN.csv`` (+ ``.md`` and per-split rows); return the summary.
+
+    Goes on from the partial rows of an interrupted run with the same arguments unless ``fresh``
+    (module docstring).
+    """
     t_start = time.perf_counter()
+    out = Path(out) if out is not None else RESULTS
+    out.mkdir(parents=True, exist_ok=True)
+    stem = (f"mayaki2026_seed{seed}" + ("_inner" if inner else "") + ("_quick" if quick else "")
+            + (f"_{tag}" if tag else ""))
+    nuts = nuts_settings(eigval_cutoff=eigval_cutoff)
+    args = {"seed": seed, "n_splits": n_splits, "quick": quick, "draws": draws, "tune": tune, "chains": chains,
+            "models": list(models), "settings": list(settings), "data": str(data) if data else None, "inner": inner,
+            "eigval_cutoff": nuts["mass_matrix_eigval_cutoff"], "window": nuts["mass_matrix_switch_freq"]}
+    records, done, t_before = _resume(out / f"{stem}_splits.partial.csv", args, fresh, log)
     df = load_mayaki2026(data)
     runners = {}
     for name in BAYES_VARIANTS:
         if name in models:
             runners[name] = BayesRunner(name, df, draws=draws, tune=tune, chains=chains, eigval_cutoff=eigval_cutoff)
             log(f"compiled {name} in {runners[name].compile_s:.0f} s")
-    records = []
     for setting in settings:
         table = setting_table(df, setting)
         if setting == "new_hw":
@@ -448,6 +467,8 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
             if inner:
                 splits = [inner_split(table, tr, seed + i) for i, (tr, _) in enumerate(splits)]
         for i, (tr, te) in enumerate(splits):
+            if (setting, i) in done:
+                continue
             train, test = table.iloc[tr].reset_index(drop=True), table.iloc[te].reset_index(drop=True)
             t0 = time.perf_counter()
             results = {}
@@ -465,24 +486,20 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
             for name, m in results.items():
                 records.append({"setting": setting, "split": i, "model": name, "n_train": len(train),
                                 "n_test": len(test), **m})
+            _save_partial(out / f"{stem}_splits.partial.csv", records, args, t_before + time.perf_counter() - t_start)
             log(f"{setting} split {i + 1}/{len(splits)}: {time.perf_counter() - t0:.1f} s")
     rows = pd.DataFrame.from_records(records)
     for m in METRICS:
         if m not in rows:
             rows[m] = np.nan
     summary = summarise(rows)
-    wall = time.perf_counter() - t_start
-    out = Path(out) if out is not None else RESULTS
-    out.mkdir(parents=True, exist_ok=True)
-    stem = (f"mayaki2026_seed{seed}" + ("_inner" if inner else "") + ("_quick" if quick else "")
-            + (f"_{tag}" if tag else ""))
+    wall = t_before + time.perf_counter() - t_start
     summary.to_csv(out / f"{stem}.csv", index=False, float_format="%.5g")
     rows.to_csv(out / f"{stem}_splits.csv", index=False, float_format="%.5g")
-    nuts = nuts_settings(eigval_cutoff=eigval_cutoff)
     conf = (f"seed {seed}; {summary['n_splits'].max()} splits per setting; Bayesian fits: {chains} chains x "
             f"{tune} tune + {draws} draws (nutpie, low-rank mass matrix, eigenvalue cutoff "
             f"{nuts['mass_matrix_eigval_cutoff']:g}, window {nuts['mass_matrix_switch_freq']}); wall time {wall:.0f} s on "
-            f"{_cpus()} CPU(s)")
+            f"{_cpus()} CPU(s)" + (" over more than one process (resumed)" if t_before else ""))
     (out / f"{stem}.md").write_text(
         f"# Mayaki (2026) grouped cross-validation, {conf}\n\n"
         "Median [interquartile range] over splits; held-out rows, ln kWh. `hw95`: multiplicative "
@@ -490,8 +507,50 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
         "`new_cell`: one hardware x family cell left out whose hardware and family occur in other cells. "
         "`t_*`: the run time (ln s), for the models that predict it.\n\n"
         + markdown_table(summary) + "\n" + convergence_line(rows) + "\n")
+    for path in _partial_files(out / f"{stem}_splits.partial.csv"):
+        path.unlink(missing_ok=True)
     log(f"wrote {out / (stem + '.csv')} ({wall:.0f} s)")
     return summary
+
+
+def _partial_files(partial: Path) -> tuple[Path, Path]:
+    """The partial rows and the arguments of the run that wrote them."""
+    return partial, partial.with_suffix(".json")
+
+
+def _save_partial(partial: Path, records: list[dict], args: dict, elapsed: float) -> None:
+    """Write the rows so far and the run's arguments, each replacing its file in one step."""
+    rows_file, args_file = _partial_files(partial)
+    for path, write in ((args_file, lambda f: f.write_text(json.dumps(args | {"elapsed_s": elapsed}, indent=1))),
+                        (rows_file, lambda f: pd.DataFrame.from_records(records).to_csv(f, index=False))):
+        tmp = path.with_name(path.name + ".tmp")
+        write(tmp)
+        os.replace(tmp, path)
+
+
+def _resume(partial: Path, args: dict, fresh: bool, log) -> tuple[list[dict], set, float]:
+    """Rows, finished ``(setting, split)`` pairs and seconds spent of an interrupted run with these arguments."""
+    rows_file, args_file = _partial_files(partial)
+    if not rows_file.exists():
+        return [], set(), 0.0
+    if fresh:
+        log(f"--fresh: dropping the interrupted run's rows in {rows_file}")
+        for path in (rows_file, args_file):
+            path.unlink(missing_ok=True)
+        return [], set(), 0.0
+    saved = json.loads(args_file.read_text()) if args_file.exists() else {}
+    elapsed = float(saved.pop("elapsed_s", 0.0))
+    differ = sorted(k for k in args.keys() | saved.keys() if args.get(k) != saved.get(k))
+    if differ:
+        detail = "; ".join(f"{k}: {saved.get(k)!r} there, {args.get(k)!r} now" for k in differ)
+        raise SystemExit(f"{rows_file} holds an interrupted run with other arguments ({detail}). Re-run with its "
+                         "arguments to go on, give another --tag, or pass --fresh to start over.")
+    prev = pd.read_csv(rows_file)
+    done = set(zip(prev["setting"], prev["split"].astype(int)))
+    log(f"going on from {rows_file}: {len(done)} split(s) done in {elapsed:.0f} s")
+    records = [{k: v for k, v in r.items() if not (isinstance(v, float) and np.isnan(v))}
+               for r in prev.to_dict("records")]
+    return records, done, elapsed
 
 
 def convergence_line(rows: pd.DataFrame) -> str:
@@ -529,13 +588,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--inner", action="store_true",
                    help="evaluate on a grouped split inside each outer training part (for choosing a model "
                         "without looking at the outer test parts)")
+    p.add_argument("--fresh", action="store_true",
+                   help="start over instead of going on from an interrupted run's partial rows")
     a = p.parse_args(argv)
     if a.quick:
         a.splits, a.draws, a.tune = min(a.splits, 2), min(a.draws, 150), min(a.tune, 150)
     warnings.filterwarnings("ignore", category=FutureWarning)
-    run(seed=a.seed, n_splits=a.splits, quick=a.quick, draws=a.draws, tune=a.tune, chains=a.chains,
-        models=tuple(a.models.split(",")), settings=tuple(a.settings.split(",")), out=a.out, data=a.data, tag=a.tag, inner=a.inner,
-        eigval_cutoff=a.eigval_cutoff, log=lambda s: print(s, flush=True))
+    try:
+        run(seed=a.seed, n_splits=a.splits, quick=a.quick, draws=a.draws, tune=a.tune, chains=a.chains,
+            models=tuple(a.models.split(",")), settings=tuple(a.settings.split(",")), out=a.out, data=a.data, tag=a.tag,
+            inner=a.inner, eigval_cutoff=a.eigval_cutoff, fresh=a.fresh, log=lambda s: print(s, flush=True))
+    except KeyboardInterrupt:
+        print("interrupted; the finished splits are kept, re-run the same command to go on", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -87,3 +87,62 @@ def test_sbc_smoke(tmp_path):
     assert summary["p_value"].between(0, 1).all()
     # a broken simulator or model would push truths into the tails for nearly every parameter
     assert summary["mean_rank_frac"].between(0.02, 0.98).mean() > 0.8
+
+
+def _harness():
+    """The harness module (a script under benchmarks/, not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("validate_mayaki2026", ROOT / "benchmarks" / "validate_mayaki2026.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_harness_goes_on_after_an_interruption(tmp_path):
+    """A run killed after its first split keeps that split; the same command finishes the rest and equals a whole run."""
+    V = _harness()
+    kw = dict(seed=3, n_splits=3, models=("ols_pre", "gb_pre"), settings=("bert",), data=str(mayaki_path()))
+
+    def stop_after_first(msg):
+        if msg.startswith("bert split 1/"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        V.run(out=tmp_path / "cut", log=stop_after_first, **kw)
+    partial = tmp_path / "cut" / "mayaki2026_seed3_splits.partial.csv"
+    assert set(pd.read_csv(partial)["split"]) == {0}
+
+    logged = []
+    V.run(out=tmp_path / "cut", log=logged.append, **kw)
+    assert any(m.startswith("going on from") for m in logged)
+    assert not any(m.startswith("bert split 1/") for m in logged)  # the finished split is not fitted again
+    assert not partial.exists() and not partial.with_suffix(".json").exists()
+
+    V.run(out=tmp_path / "whole", log=lambda m: None, **kw)
+    cut = pd.read_csv(tmp_path / "cut" / "mayaki2026_seed3_splits.csv")
+    whole = pd.read_csv(tmp_path / "whole" / "mayaki2026_seed3_splits.csv")
+    pd.testing.assert_frame_equal(cut, whole)
+    assert "(resumed)" in (tmp_path / "cut" / "mayaki2026_seed3.md").read_text()
+
+
+def test_harness_refuses_to_mix_runs(tmp_path):
+    """Partial rows of a run with other arguments are not merged into this one; --fresh starts over."""
+    V = _harness()
+    kw = dict(n_splits=2, models=("ols_pre",), settings=("bert",), data=str(mayaki_path()), out=tmp_path)
+
+    def stop(msg):
+        if msg.startswith("bert split 1/"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        V.run(seed=3, log=stop, **kw)
+    partial = tmp_path / "mayaki2026_seed3_splits.partial.csv"
+    # the same file names (same seed and tag), other models
+    with pytest.raises(SystemExit, match=r"mayaki2026_seed3_splits\.partial\.csv.*models"):
+        V.run(seed=3, **(kw | {"models": ("ols_pre", "ols_post")}), log=lambda m: None)
+    assert partial.exists()  # refused, nothing lost
+    logged = []
+    V.run(seed=3, **(kw | {"models": ("ols_pre", "ols_post")}), fresh=True, log=logged.append)
+    assert any(m.startswith("--fresh") for m in logged) and not partial.exists()
+    assert set(pd.read_csv(tmp_path / "mayaki2026_seed3.csv")["model"]) == {"ols_pre", "ols_post"}
