@@ -102,7 +102,7 @@ def _harness():
 def test_harness_goes_on_after_an_interruption(tmp_path):
     """A run killed after its first split keeps that split; the same command finishes the rest and equals a whole run."""
     V = _harness()
-    kw = dict(seed=3, n_splits=3, models=("ols_pre", "gb_pre"), settings=("bert",), data=str(mayaki_path()))
+    kw = {"seed": 3, "n_splits": 3, "models": ("ols_pre", "gb_pre"), "settings": ("bert",), "data": str(mayaki_path())}
 
     def stop_after_first(msg):
         if msg.startswith("bert split 1/"):
@@ -129,7 +129,7 @@ def test_harness_goes_on_after_an_interruption(tmp_path):
 def test_harness_refuses_to_mix_runs(tmp_path):
     """Partial rows of a run with other arguments are not merged into this one; --fresh starts over."""
     V = _harness()
-    kw = dict(n_splits=2, models=("ols_pre",), settings=("bert",), data=str(mayaki_path()), out=tmp_path)
+    kw = {"n_splits": 2, "models": ("ols_pre",), "settings": ("bert",), "data": str(mayaki_path()), "out": tmp_path}
 
     def stop(msg):
         if msg.startswith("bert split 1/"):
