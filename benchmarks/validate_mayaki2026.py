@@ -37,7 +37,7 @@ the posterior predictive), ``mlpd``, ``divergences``, ``max_rhat``; and for the 
 the package predicts beside the energy, ``t_r2``, ``t_rmse``, ``t_cov90`` and ``t_hw90`` (the Bayesian
 models' predictive draws; gradient boosting on ln s with the same features and conformal intervals; the
 paper's least squares law is for energy only). The table holds their median and interquartile range over
-splits.
+splits; ``<stem>_coverage.png`` draws the energy's coverage against the nominal level (:func:`plot_coverage`).
 
 A run that dies half-way loses at most the split in flight: after each split the rows so far go to
 ``<stem>_splits.partial.csv`` (with the run's arguments in ``<stem>_splits.partial.json``), and re-running the
@@ -507,10 +507,44 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
         "`new_cell`: one hardware x family cell left out whose hardware and family occur in other cells. "
         "`t_*`: the run time (ln s), for the models that predict it.\n\n"
         + markdown_table(summary) + "\n" + convergence_line(rows) + "\n")
+    plot_coverage(summary, out / f"{stem}_coverage.png", f"Held-out coverage of central intervals, {conf.split(';')[0]}")
     for path in _partial_files(out / f"{stem}_splits.partial.csv"):
         path.unlink(missing_ok=True)
     log(f"wrote {out / (stem + '.csv')} ({wall:.0f} s)")
     return summary
+
+
+def plot_coverage(summary: pd.DataFrame, path: Path, title: str) -> None:
+    """Coverage of the 50-95 % intervals against their level, per setting and model (median and IQR over splits).
+
+    A calibrated model lies on the diagonal; the legend gives each model's 90 % multiplicative half-width,
+    so a model that covers by being wide shows it.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    settings = list(dict.fromkeys(summary["setting"]))
+    levels = np.asarray(LEVELS)
+    cols = [f"cov{round(lv * 100)}" for lv in LEVELS]
+    fig, axes = plt.subplots(1, len(settings), figsize=(3.6 * len(settings), 3.8), squeeze=False, sharey=True)
+    for ax, setting in zip(axes[0], settings):
+        ax.plot([0.45, 1.0], [0.45, 1.0], color="grey", lw=1, ls="--")
+        for _, r in summary[summary["setting"] == setting].iterrows():
+            med = r[cols].to_numpy(float)
+            err = np.abs(np.vstack([r[[c + "_q25" for c in cols]].to_numpy(float),
+                                    r[[c + "_q75" for c in cols]].to_numpy(float)]) - med)
+            ax.errorbar(levels, med, yerr=err, marker="o", ms=3, capsize=2, lw=1,
+                        label=f"{r['model']} (x{r['hw90']:.2f})")
+        ax.set_title(setting)
+        ax.set_xlabel("nominal level")
+        ax.legend(fontsize=6, loc="best")
+    axes[0][0].set_ylabel("held-out coverage (ln kWh)")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def _partial_files(partial: Path) -> tuple[Path, Path]:

@@ -37,6 +37,7 @@ def test_harness_quick_table(tmp_path):
     summary = pd.read_csv(tmp_path / "mayaki2026_seed7_quick.csv")
     rows = pd.read_csv(tmp_path / "mayaki2026_seed7_quick_splits.csv")
     assert (tmp_path / "mayaki2026_seed7_quick.md").read_text().count("\n| ") >= 20
+    assert (tmp_path / "mayaki2026_seed7_quick_coverage.png").stat().st_size > 10_000  # coverage against level
     models = {"ols_post", "ols_pre", "gb_pre", "gb_post", "pooled_post", "pooled_pre",
               "hierarchical_post", "hierarchical_pre"}
     for setting in ("bert", "gpt", "pooled"):
