@@ -431,6 +431,8 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
     (module docstring).
     """
     t_start = time.perf_counter()
+    _check_names("model", models, (*POINT_MODELS, *BAYES_VARIANTS))
+    _check_names("setting", settings, (*SETTINGS, *EXTRA_SETTINGS))
     out = Path(out) if out is not None else RESULTS
     out.mkdir(parents=True, exist_ok=True)
     stem = (f"mayaki2026_seed{seed}" + ("_inner" if inner else "") + ("_quick" if quick else "")
@@ -512,6 +514,17 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
         path.unlink(missing_ok=True)
     log(f"wrote {out / (stem + '.csv')} ({wall:.0f} s)")
     return summary
+
+
+def _check_names(kind: str, given: tuple[str, ...], known: tuple[str, ...]) -> None:
+    """Refuse a model or setting name the harness does not know, naming the closest known ones."""
+    import difflib
+
+    for name in given:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise SystemExit(f"unknown {kind} {name!r}{hint} Known: {', '.join(known)}")
 
 
 def plot_coverage(summary: pd.DataFrame, path: Path, title: str) -> None:

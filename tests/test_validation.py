@@ -147,3 +147,13 @@ def test_harness_refuses_to_mix_runs(tmp_path):
     V.run(seed=3, **(kw | {"models": ("ols_pre", "ols_post")}), fresh=True, log=logged.append)
     assert any(m.startswith("--fresh") for m in logged) and not partial.exists()
     assert set(pd.read_csv(tmp_path / "mayaki2026_seed3.csv")["model"]) == {"ols_pre", "ols_post"}
+
+
+def test_harness_refuses_unknown_names(tmp_path):
+    """A misspelt model or setting stops the run with the close matches, instead of being left out of the table."""
+    V = _harness()
+    with pytest.raises(SystemExit, match=r"unknown model 'hierarchcal'; did you mean hierarchical"):
+        V.run(models=("ols_pre", "hierarchcal"), settings=("bert",), out=tmp_path, log=lambda m: None)
+    with pytest.raises(SystemExit, match=r"unknown setting 'poolde'; did you mean pooled"):
+        V.run(models=("ols_pre",), settings=("poolde",), out=tmp_path, log=lambda m: None)
+    assert not list(tmp_path.iterdir())  # refused before anything was written
