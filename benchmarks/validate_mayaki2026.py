@@ -55,7 +55,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 import warnings
@@ -110,10 +109,10 @@ EXTRA_ONLY = ("hierarchical_population_hw",)
 BAYES_MODELS = ("pooled", "hierarchical")
 #: Extra settings: a hardware type left out; a hardware x family cell left out.
 EXTRA_SETTINGS = ("new_hw", "new_cell")
+#: The run time's metrics, reported as ``t_<name>`` beside the energy's.
+TIME_METRICS = ("r2", "rmse", "cov90", "hw90")
 METRICS = ("r2", "rmse", "slope", "cov50", "cov80", "cov90", "hw90", "cov95", "hw95", "mlpd", "eta_rmse",
-           "t_r2", "t_rmse", "t_cov90", "t_hw90", "divergences", "max_rhat")
-#: What each point model predicts: the energy, and for gradient boosting also the run time.
-TARGETS = {"energy_j": "", "time_s": "t_"}
+           *(f"t_{k}" for k in TIME_METRICS), "divergences", "max_rhat")
 GB_FEATURES = ("log_compute", "log_memory", "log_params", "log_tokens", "log_seq_len", "log_batch", "log_n_gpus")
 
 
@@ -251,8 +250,8 @@ def _gb_predict(train, test, post_run, seed=0, target="energy_j"):
 POINT_MODELS = {
     "ols_post": {"energy_j": lambda tr, te: _ols_predict(tr, te, True)},
     "ols_pre": {"energy_j": lambda tr, te: _ols_predict(tr, te, False)},
-    "gb_pre": {t: (lambda tr, te, t=t: _gb_predict(tr, te, False, target=t)) for t in TARGETS},
-    "gb_post": {t: (lambda tr, te, t=t: _gb_predict(tr, te, True, target=t)) for t in TARGETS},
+    "gb_pre": {t: (lambda tr, te, t=t: _gb_predict(tr, te, False, target=t)) for t in ("energy_j", "time_s")},
+    "gb_post": {t: (lambda tr, te, t=t: _gb_predict(tr, te, True, target=t)) for t in ("energy_j", "time_s")},
 }
 
 
@@ -268,15 +267,13 @@ def evaluate_point(name: str, train: pd.DataFrame, test: pd.DataFrame, seed: int
         pred = fn(proper, both)
         resid_cal = np.log(cal[target].to_numpy(float)) - pred[: len(cal)]
         m.update(conformal_metrics(y, pred[len(cal):], resid_cal))
-        out.update(_prefixed(m, TARGETS[target]))
+        out.update(m if target == "energy_j" else time_columns(m))
     return out
 
 
-def _prefixed(metrics: dict, prefix: str) -> dict:
-    """``metrics`` as they are for the energy (no prefix); the run time's named columns as ``t_<name>``."""
-    if not prefix:
-        return metrics
-    return {f"{prefix}{k}": metrics[k] for k in ("r2", "rmse", "cov90", "hw90")}
+def time_columns(metrics: dict) -> dict:
+    """The run time's columns (``t_<name>``) from its metrics."""
+    return {f"t_{k}": metrics[k] for k in TIME_METRICS}
 
 
 # ---------------------------------------------------------------- Bayesian models
@@ -375,7 +372,7 @@ def evaluate_bayes(runner: BayesRunner, train: pd.DataFrame, test: pd.DataFrame,
         m = point_metrics(y, draws.mean(axis=0))
         m.update(draw_metrics(y, draws))
         t = pred["log_time_s"]
-        m.update(_prefixed(point_metrics(y_time, t.mean(axis=0)) | draw_metrics(y_time, t), TARGETS["time_s"]))
+        m.update(time_columns(point_metrics(y_time, t.mean(axis=0)) | draw_metrics(y_time, t)))
         m["mlpd"] = mlpd(y, *energy_loc_scale(idata, test, mode, seed))
         if mode == "pre":
             # held-out ln efficiency of multi-device rows: what the speedup-curve sub-model gets right
@@ -411,9 +408,8 @@ def markdown_table(summary: pd.DataFrame) -> str:
             return f"{r[m]:.0f} [{r[m + '_q25']:.0f}, {r[m + '_q75']:.0f}]"
         return f"{r[m]:.{d}f} [{r[m + '_q25']:.{d}f}, {r[m + '_q75']:.{d}f}]"
 
-    digits = {"r2": 3, "rmse": 3, "slope": 2, "cov50": 2, "cov80": 2, "cov90": 2, "hw90": 2, "cov95": 2, "hw95": 2, "mlpd": 2, "eta_rmse": 3,
-              "t_r2": 3, "t_rmse": 3, "t_cov90": 2, "t_hw90": 2,
-              "divergences": 0, "max_rhat": 3}
+    digits = {"r2": 3, "rmse": 3, "slope": 2, "cov50": 2, "cov80": 2, "cov90": 2, "hw90": 2, "cov95": 2, "hw95": 2, "mlpd": 2, "eta_rmse": 3}
+    digits |= {f"t_{k}": digits[k] for k in TIME_METRICS} | {"divergences": 0, "max_rhat": 3}
     tab = pd.DataFrame({"setting": summary["setting"], "model": summary["model"], "splits": summary["n_splits"]})
     for m, d in digits.items():
         tab[m] = [cell(r, m, d) for _, r in summary.iterrows()]
@@ -441,7 +437,8 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
     args = {"seed": seed, "n_splits": n_splits, "quick": quick, "draws": draws, "tune": tune, "chains": chains,
             "models": list(models), "settings": list(settings), "data": str(data) if data else None, "inner": inner,
             "eigval_cutoff": nuts["mass_matrix_eigval_cutoff"], "window": nuts["mass_matrix_switch_freq"]}
-    records, done, t_before = _resume(out / f"{stem}_splits.partial.csv", args, fresh, log)
+    partial = out / f"{stem}_splits.partial.csv"
+    records, done, t_before = _resume(partial, args, fresh, log)
     df = load_mayaki2026(data)
     runners = {}
     for name in BAYES_VARIANTS:
@@ -488,7 +485,7 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
             for name, m in results.items():
                 records.append({"setting": setting, "split": i, "model": name, "n_train": len(train),
                                 "n_test": len(test), **m})
-            _save_partial(out / f"{stem}_splits.partial.csv", records, args, t_before + time.perf_counter() - t_start)
+            _save_partial(partial, records, args, t_before + time.perf_counter() - t_start)
             log(f"{setting} split {i + 1}/{len(splits)}: {time.perf_counter() - t0:.1f} s")
     rows = pd.DataFrame.from_records(records)
     for m in METRICS:
@@ -510,7 +507,7 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
         "`t_*`: the run time (ln s), for the models that predict it.\n\n"
         + markdown_table(summary) + "\n" + convergence_line(rows) + "\n")
     plot_coverage(summary, out / f"{stem}_coverage.png", f"Held-out coverage of central intervals, {conf.split(';')[0]}")
-    for path in _partial_files(out / f"{stem}_splits.partial.csv"):
+    for path in _partial_files(partial):
         path.unlink(missing_ok=True)
     log(f"wrote {out / (stem + '.csv')} ({wall:.0f} s)")
     return summary
@@ -567,12 +564,11 @@ def _partial_files(partial: Path) -> tuple[Path, Path]:
 
 def _save_partial(partial: Path, records: list[dict], args: dict, elapsed: float) -> None:
     """Write the rows so far and the run's arguments, each replacing its file in one step."""
+    from bayes_energy.cli import write_file
+
     rows_file, args_file = _partial_files(partial)
-    for path, write in ((args_file, lambda f: f.write_text(json.dumps(args | {"elapsed_s": elapsed}, indent=1))),
-                        (rows_file, lambda f: pd.DataFrame.from_records(records).to_csv(f, index=False))):
-        tmp = path.with_name(path.name + ".tmp")
-        write(tmp)
-        os.replace(tmp, path)
+    write_file(args_file, lambda f: f.write_text(json.dumps(args | {"elapsed_s": elapsed}, indent=1)))
+    write_file(rows_file, lambda f: pd.DataFrame.from_records(records).to_csv(f, index=False))
 
 
 def _resume(partial: Path, args: dict, fresh: bool, log) -> tuple[list[dict], set, float]:
