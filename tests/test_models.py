@@ -367,3 +367,45 @@ def test_chains_start_near_the_posterior_mode_each_from_its_own_seed(monkeypatch
         monkeypatch.setenv("BAYES_ENERGY_THREADS", n)
         runs.append(run_nutpie(compiled, draws=30, tune=30, chains=2, seed=4).posterior)
     xr.testing.assert_equal(*runs)  # values and coordinates (the attributes hold the time)
+
+
+def test_laplace_whitening_moves_the_sampler_not_the_posterior(tiny_compiled):
+    from bayes_energy.models.laplace import (
+        EIGEN_FLOOR,
+        hessian,
+        precondition,
+        whitening,
+    )
+    from bayes_energy.models.sample import _logp_and_gradient, find_mode, run_nutpie
+
+    compiled = tiny_compiled
+    neg_logp = _logp_and_gradient(compiled)
+    mode = find_mode(compiled, seed=5)
+    H = hessian(neg_logp, mode)
+    W = whitening(H)
+    # near the mode the whitened posterior is a standard normal: W' H W = I (where H is above the floor)
+    assert np.linalg.eigvalsh(H).min() > EIGEN_FLOOR
+    np.testing.assert_allclose(W.T @ H @ W, np.eye(len(mode)), atol=1e-6)
+    # the wrapped C function is the model's log density at x = mode + W z, its gradient W' grad_x
+    whitened = precondition(compiled, mode, W)
+    neg_z = _logp_and_gradient(whitened)
+    rng = np.random.default_rng(0)
+    for z in rng.normal(size=(3, len(mode))):
+        value, grad = neg_logp(mode + W @ z)
+        np.testing.assert_allclose(neg_z(z)[0], value, rtol=1e-12)
+        np.testing.assert_allclose(neg_z(z)[1], W.T @ grad, rtol=1e-9, atol=1e-9)
+    # the chains start near the mode: z ~ N(0, 0.3^2), one start per chain seed
+    assert np.array_equal(whitened.initial_point_func(1), whitened.initial_point_func(1))
+    assert not np.array_equal(whitened.initial_point_func(1), whitened.initial_point_func(2))
+    # the same posterior, drawn either way (means within a few Monte Carlo errors), on the model's own variables
+    plain = run_nutpie(compiled, draws=500, tune=300, chains=2, seed=3, laplace=False).posterior
+    lap = run_nutpie(compiled, draws=500, tune=300, chains=2, seed=3, laplace=True).posterior
+    assert set(lap.data_vars) == set(plain.data_vars)
+    for v in plain.data_vars:
+        a, b = (p[v].stack(s=("chain", "draw")).values.reshape(-1, 1000) for p in (plain, lap))
+        sd = a.std(axis=1)
+        assert np.all(np.abs(a.mean(axis=1) - b.mean(axis=1)) <= 0.35 * sd + 1e-12), v
+    # a Hessian that is not finite gives no whitening (the fit then samples the plain coordinates)
+    assert whitening(np.full((2, 2), np.nan)) is None
+    # a flat or concave direction gets at most the floor's scale
+    assert np.abs(whitening(np.diag([4.0, -1.0]))).max() == pytest.approx(EIGEN_FLOOR ** -0.5)

@@ -124,7 +124,7 @@ def _check_levels(compiled: CompiledModel, df: pd.DataFrame) -> None:
 
 def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, draws: int = DRAWS, tune: int = TUNE,
           chains: int = 4, progress: bool = False, target_accept: float | None = None,
-          eigval_cutoff: float | None = None) -> az.InferenceData:
+          eigval_cutoff: float | None = None, laplace: bool | None = None) -> az.InferenceData:
     """Sample the compiled model on a new table, with no new compile.
 
     Parameters
@@ -144,6 +144,9 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
     eigval_cutoff : float, optional
         nutpie's low-rank eigenvalue cutoff (default
         :data:`bayes_energy.models.sample.EIGVAL_CUTOFF`).
+    laplace : bool, optional
+        Sample on coordinates whitened at the mode (default
+        :data:`bayes_energy.models.sample.LAPLACE`; :mod:`bayes_energy.models.laplace`).
 
     Returns
     -------
@@ -173,7 +176,7 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
     data = {k: v for k, v in model_data(spec, df).items() if k in compiled.compiled.shared_data}
     idata = run_nutpie(compiled.compiled.with_data(**data), draws=draws, tune=tune, chains=chains, seed=seed,
                        progress=progress, target_accept=target_accept,
-                       eigval_cutoff=eigval_cutoff)
+                       eigval_cutoff=eigval_cutoff, laplace=laplace)
     idata = attach_provenance(idata, spec, df)
     idata.posterior.attrs["sampler"] = "nutpie (compiled once, refitted with with_data)"
     return idata

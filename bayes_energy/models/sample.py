@@ -27,7 +27,8 @@ from .io import table_hash
 from .spec import ModelSpec
 
 __all__ = ["fit", "sample_model", "table_hash", "SAMPLERS", "attach_provenance", "kept_vars", "nuts_settings",
-           "TARGET_ACCEPT", "MAXDEPTH", "EIGVAL_CUTOFF", "MASS_MATRIX_WINDOW", "run_nutpie", "start_at_mode", "INIT_JITTER"]
+           "TARGET_ACCEPT", "MAXDEPTH", "EIGVAL_CUTOFF", "MASS_MATRIX_WINDOW", "run_nutpie", "start_at_mode", "INIT_JITTER",
+           "find_mode", "laplace_whitened", "LAPLACE"]
 
 #: Samplers: ``nutpie`` (default, numba-compiled NUTS), ``pymc`` (PyMC's NUTS
 #: on the C backend) and ``numba`` (PyMC's NUTS on the numba backend).
@@ -56,6 +57,8 @@ MASS_MATRIX_WINDOW = 150
 #: unconstrained scale (:func:`start_at_mode`). PyMC's own start jitters its prior-centre point by 1.0; around the
 #: mode, 1.0 sent a harness GPT split to R-hat 1.13 where 0.1 gave 1.007 (docs/speed.md, section 13).
 INIT_JITTER = 0.1
+#: Sample on coordinates whitened by the Laplace approximation at the mode (:mod:`bayes_energy.models.laplace`).
+LAPLACE = False
 #: Per-row deterministics left out of saved posteriors (they are recomputed).
 DROP_VARS = ("log_eta_curve",)
 
@@ -94,11 +97,27 @@ def _logp_and_gradient(compiled):
     return f
 
 
+def find_mode(compiled, seed: int | None = None, maxiter: int = 2000) -> np.ndarray | None:
+    """The posterior mode of a nutpie-compiled model on the unconstrained scale, by L-BFGS (scipy) from
+    PyMC's initial point through the compiled log density; None when the climb fails (no finite log density
+    on its path) or the model was not compiled through numba (nutpie's JAX backend)."""
+    from scipy.optimize import minimize
+
+    if not hasattr(compiled, "compiled_logp_func"):
+        return None
+    start = compiled.initial_point_func(0 if seed is None else seed)
+    with np.errstate(all="ignore"):
+        res = minimize(_logp_and_gradient(compiled), start, jac=True, method="L-BFGS-B", options={"maxiter": maxiter})
+    if not np.isfinite(res.fun) or not np.all(np.isfinite(res.x)):
+        return None
+    return res.x
+
+
 def start_at_mode(compiled, seed: int | None = None, jitter: float = INIT_JITTER, maxiter: int = 2000):
     r"""The nutpie-compiled model ``compiled`` with its chains starting near the posterior mode.
 
-    L-BFGS (scipy) climbs the compiled log-density from PyMC's initial point (about 1 s for the
-    reference table); each chain then starts at that point plus a uniform jitter of ``jitter`` on every
+    L-BFGS (scipy) climbs the compiled log-density from PyMC's initial point (:func:`find_mode`, about 1 s
+    for the reference table); each chain then starts at that point plus a uniform jitter of ``jitter`` on every
     unconstrained coordinate, drawn from the chain's own seed. By default nutpie starts from PyMC's
     prior-centre point jittered by 1.0, and with the heavy-tailed likelihoods an early, unadapted warm-up
     from there can settle in a minor mode: a chain with the energy noise's degrees of freedom near 1 that
@@ -107,21 +126,13 @@ def start_at_mode(compiled, seed: int | None = None, jitter: float = INIT_JITTER
     chains near one mode makes R-hat less able to reveal a second mode of similar mass far away (the BERT
     noise modes of section 9); ``diagnostics.minor_mode_chains`` still compares the chains' log densities.
 
-    When the climb fails (no finite log density on its path), or the model was not compiled through
-    numba (nutpie's JAX backend), the model is returned unchanged.
+    When the climb fails, the model is returned unchanged.
     """
     import dataclasses
 
-    from scipy.optimize import minimize
-
-    if not hasattr(compiled, "compiled_logp_func"):
+    mode = find_mode(compiled, seed, maxiter)
+    if mode is None:
         return compiled
-    start = compiled.initial_point_func(0 if seed is None else seed)
-    with np.errstate(all="ignore"):
-        res = minimize(_logp_and_gradient(compiled), start, jac=True, method="L-BFGS-B", options={"maxiter": maxiter})
-    if not np.isfinite(res.fun) or not np.all(np.isfinite(res.x)):
-        return compiled
-    mode = res.x
 
     def near_mode(chain_seed):
         return mode + np.random.default_rng(chain_seed).uniform(-jitter, jitter, size=mode.shape)
@@ -129,15 +140,33 @@ def start_at_mode(compiled, seed: int | None = None, jitter: float = INIT_JITTER
     return dataclasses.replace(compiled, initial_point_func=near_mode)
 
 
+def laplace_whitened(compiled, seed: int | None = None):
+    """``compiled`` sampled on coordinates whitened by the Laplace approximation at the posterior mode
+    (:mod:`bayes_energy.models.laplace`), its chains starting near the mode; :func:`start_at_mode`'s model
+    when the mode or a finite Hessian cannot be had."""
+    from .laplace import hessian, precondition, whitening
+
+    mode = find_mode(compiled, seed)
+    if mode is None:
+        return compiled
+    W = whitening(hessian(_logp_and_gradient(compiled), mode))
+    if W is None:
+        return start_at_mode(compiled, seed)
+    return precondition(compiled, mode, W)
+
+
 def run_nutpie(compiled, draws: int = DRAWS, tune: int = TUNE, chains: int = 4, seed: int | None = None,
                progress: bool = False, target_accept: float | None = None,
-               eigval_cutoff: float | None = None) -> az.InferenceData:
+               eigval_cutoff: float | None = None, laplace: bool | None = None) -> az.InferenceData:
     """``nutpie.sample`` as every fit of the package runs it: chains from the mode (:func:`start_at_mode`),
+    on coordinates whitened at the mode when ``laplace`` (:func:`laplace_whitened`; None: :data:`LAPLACE`),
     :func:`nuts_settings`, a core per chain (up to :func:`bayes_energy.threads`), and the warm-up draws dropped
     (their tree sizes stay)."""
     import nutpie
 
-    idata = nutpie.sample(start_at_mode(compiled, seed), draws=int(draws), tune=int(tune), chains=int(chains),
+    laplace = LAPLACE if laplace is None else laplace
+    started = laplace_whitened(compiled, seed) if laplace else start_at_mode(compiled, seed)
+    idata = nutpie.sample(started, draws=int(draws), tune=int(tune), chains=int(chains),
                           seed=seed, progress_bar=progress, cores=min(int(chains), threads()),
                           **nuts_settings(target_accept, eigval_cutoff))
     # the tuning draws are not posterior draws (PyMC discards them too); their tree sizes
