@@ -73,12 +73,14 @@ def sbc_design(n_configs: int = 4, seed: int = 0) -> pd.DataFrame:
 
 def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int = 2, thin: int = 4, seed: int = 2026,
         n_configs: int = 4, model: str = "hierarchical", out: Path | None = None, log=print,
-        target_accept: float | None = None, eigval_cutoff: float | None = None) -> pd.DataFrame:
+        target_accept: float | None = None, eigval_cutoff: float | None = None,
+        laplace: bool | None = None) -> pd.DataFrame:
     """Run ``reps`` SBC replications; write the outputs; return the summary table.
 
     ``tune`` defaults to the package's own tuning length (``bayes_energy.models.TUNE``): at 200 a funnel
     that 400 shows stayed hidden (docs/speed.md section 8). ``target_accept`` overrides the package's NUTS target acceptance (``nuts_settings``),
-    ``eigval_cutoff`` nutpie's low-rank eigenvalue cutoff (``EIGVAL_CUTOFF``).
+    ``eigval_cutoff`` nutpie's low-rank eigenvalue cutoff (``EIGVAL_CUTOFF``), ``laplace`` whether chains sample
+    coordinates whitened at the mode (``LAPLACE``).
     """
     from scipy.stats import chisquare
 
@@ -131,7 +133,7 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
             warnings.simplefilter("ignore")
             idata = run_nutpie(compiled.with_data(**data), draws=draws, tune=tune, chains=chains,
                                seed=int(rng.integers(2**31)), target_accept=target_accept,
-                               eigval_cutoff=eigval_cutoff)
+                               eigval_cutoff=eigval_cutoff, laplace=laplace)
         post = idata.posterior
         div = int(idata.sample_stats["diverging"].sum())
         for var, idx, label in params:
@@ -210,12 +212,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="NUTS target acceptance (default: the package's, bayes_energy.models.sample.TARGET_ACCEPT)")
     p.add_argument("--eigval-cutoff", type=float, default=None,
                    help="nutpie's low-rank eigenvalue cutoff (default: the package's, bayes_energy.models.sample.EIGVAL_CUTOFF)")
+    p.add_argument("--laplace", action=argparse.BooleanOptionalAction, default=None,
+                   help="sample on coordinates whitened at the mode (default: the package's, "
+                        "bayes_energy.models.sample.LAPLACE)")
     a = p.parse_args(argv)
     if a.quick:
         a.reps, a.draws, a.tune, a.thin = min(a.reps, 5), 100, 100, 2
     warnings.filterwarnings("ignore", category=FutureWarning)
     run(reps=a.reps, draws=a.draws, tune=a.tune, chains=a.chains, thin=a.thin, seed=a.seed, model=a.model,
-        out=a.out, log=lambda s: print(s, flush=True), target_accept=a.target_accept, eigval_cutoff=a.eigval_cutoff)
+        out=a.out, log=lambda s: print(s, flush=True), target_accept=a.target_accept, eigval_cutoff=a.eigval_cutoff,
+        laplace=a.laplace)
     return 0
 
 

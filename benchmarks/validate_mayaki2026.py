@@ -70,7 +70,7 @@ from _tables import RESULTS, markdown  # noqa: E402
 
 from bayes_energy.datasets import load_mayaki2026  # noqa: E402
 from bayes_energy.models.ols import fit_ols  # noqa: E402
-from bayes_energy.models.sample import nuts_settings  # noqa: E402
+from bayes_energy.models.sample import LAPLACE, nuts_settings  # noqa: E402
 from bayes_energy.models.spec import design_frame  # noqa: E402
 
 SETTINGS = ("bert", "gpt", "pooled")
@@ -287,11 +287,11 @@ class BayesRunner:
     """
 
     def __init__(self, name: str, full: pd.DataFrame, draws: int, tune: int, chains: int,
-                 eigval_cutoff: float | None = None):
+                 eigval_cutoff: float | None = None, laplace: bool | None = None, target_accept: float | None = None):
         from bayes_energy.models.refit import compile_model
 
         self.name, self.draws, self.tune, self.chains = name, draws, tune, chains
-        self.eigval_cutoff = eigval_cutoff
+        self.eigval_cutoff, self.laplace, self.target_accept = eigval_cutoff, laplace, target_accept
         model, overrides = BAYES_VARIANTS[name]
         self.compiled = compile_model(model, full, overrides)
         self.compile_s = self.compiled.compile_s
@@ -300,7 +300,7 @@ class BayesRunner:
         from bayes_energy.models.refit import refit
 
         return refit(self.compiled, train, seed=seed, draws=self.draws, tune=self.tune, chains=self.chains,
-                     eigval_cutoff=self.eigval_cutoff)
+                     eigval_cutoff=self.eigval_cutoff, laplace=self.laplace, target_accept=self.target_accept)
 
 
 def fit_diagnostics(idata) -> dict:
@@ -420,7 +420,7 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
         chains: int = 2, models: tuple[str, ...] = tuple(POINT_MODELS) + BAYES_MODELS,
         settings: tuple[str, ...] = SETTINGS + EXTRA_SETTINGS, out: Path | None = None,
         data: str | None = None, tag: str | None = None, inner: bool = False, eigval_cutoff: float | None = None,
-        fresh: bool = False, log=print) -> pd.DataFrame:
+        fresh: bool = False, laplace: bool | None = None, target_accept: float | None = None, log=print) -> pd.DataFrame:
     """Run the protocol; write ``mayaki2026_seedN.csv`` (+ ``.md`` and per-split rows); return the summary.
 
     Goes on from the partial rows of an interrupted run with the same arguments unless ``fresh``
@@ -433,17 +433,20 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
     out.mkdir(parents=True, exist_ok=True)
     stem = (f"mayaki2026_seed{seed}" + ("_inner" if inner else "") + ("_quick" if quick else "")
             + (f"_{tag}" if tag else ""))
-    nuts = nuts_settings(eigval_cutoff=eigval_cutoff)
+    nuts = nuts_settings(target_accept=target_accept, eigval_cutoff=eigval_cutoff)
+    laplace = LAPLACE if laplace is None else bool(laplace)
     args = {"seed": seed, "n_splits": n_splits, "quick": quick, "draws": draws, "tune": tune, "chains": chains,
             "models": list(models), "settings": list(settings), "data": str(data) if data else None, "inner": inner,
-            "eigval_cutoff": nuts["mass_matrix_eigval_cutoff"], "window": nuts["mass_matrix_switch_freq"]}
+            "eigval_cutoff": nuts["mass_matrix_eigval_cutoff"], "window": nuts["mass_matrix_switch_freq"], "laplace": laplace,
+            "target_accept": nuts["target_accept"]}
     partial = out / f"{stem}_splits.partial.csv"
     records, done, t_before = _resume(partial, args, fresh, log)
     df = load_mayaki2026(data)
     runners = {}
     for name in BAYES_VARIANTS:
         if name in models:
-            runners[name] = BayesRunner(name, df, draws=draws, tune=tune, chains=chains, eigval_cutoff=eigval_cutoff)
+            runners[name] = BayesRunner(name, df, draws=draws, tune=tune, chains=chains, eigval_cutoff=eigval_cutoff,
+                                        laplace=laplace, target_accept=target_accept)
             log(f"compiled {name} in {runners[name].compile_s:.0f} s")
     for setting in settings:
         table = setting_table(df, setting)
@@ -496,8 +499,10 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
     summary.to_csv(out / f"{stem}.csv", index=False, float_format="%.5g")
     rows.to_csv(out / f"{stem}_splits.csv", index=False, float_format="%.5g")
     conf = (f"seed {seed}; {summary['n_splits'].max()} splits per setting; Bayesian fits: {chains} chains x "
-            f"{tune} tune + {draws} draws (nutpie, low-rank mass matrix, eigenvalue cutoff "
-            f"{nuts['mass_matrix_eigval_cutoff']:g}, window {nuts['mass_matrix_switch_freq']}); wall time {wall:.0f} s on "
+            f"{tune} tune + {draws} draws (nutpie, target acceptance {nuts['target_accept']:g}, low-rank mass matrix, "
+            f"eigenvalue cutoff "
+            f"{nuts['mass_matrix_eigval_cutoff']:g}, window {nuts['mass_matrix_switch_freq']}"
+            + ("; whitened at the mode (Laplace)" if laplace else "") + f"); wall time {wall:.0f} s on "
             f"{_cpus()} CPU(s)" + (" over more than one process (resumed)" if t_before else ""))
     (out / f"{stem}.md").write_text(
         f"# Mayaki (2026) grouped cross-validation, {conf}\n\n"
@@ -623,6 +628,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chains", type=int, default=2)
     p.add_argument("--eigval-cutoff", type=float, default=None,
                    help="nutpie's low-rank eigenvalue cutoff (default bayes_energy.models.sample.EIGVAL_CUTOFF)")
+    p.add_argument("--target-accept", type=float, default=None,
+                   help="NUTS target acceptance (default bayes_energy.models.sample.TARGET_ACCEPT)")
+    p.add_argument("--laplace", action=argparse.BooleanOptionalAction, default=None,
+                   help="sample on coordinates whitened at the mode (default bayes_energy.models.sample.LAPLACE)")
     p.add_argument("--models", default=",".join(tuple(POINT_MODELS) + BAYES_MODELS))
     p.add_argument("--settings", default=",".join(SETTINGS + EXTRA_SETTINGS))
     p.add_argument("--out", default=None, help="output folder (default benchmarks/results)")
@@ -640,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(seed=a.seed, n_splits=a.splits, quick=a.quick, draws=a.draws, tune=a.tune, chains=a.chains,
             models=tuple(a.models.split(",")), settings=tuple(a.settings.split(",")), out=a.out, data=a.data, tag=a.tag,
-            inner=a.inner, eigval_cutoff=a.eigval_cutoff, fresh=a.fresh, log=lambda s: print(s, flush=True))
+            inner=a.inner, eigval_cutoff=a.eigval_cutoff, fresh=a.fresh, laplace=a.laplace, target_accept=a.target_accept, log=lambda s: print(s, flush=True))
     except KeyboardInterrupt:
         print("interrupted; the finished splits are kept, re-run the same command to go on", file=sys.stderr)
         return 130
