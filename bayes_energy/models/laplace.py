@@ -97,51 +97,51 @@ def _i64_ptr(typingctx, ptr):
     return target(ptr), codegen
 
 
-@intrinsic
-def _call_logp(typingctx, fn, dim, x, grad, logp, ud):
-    def codegen(cgctx, builder, sig, args):
-        fnty = ir.FunctionType(_I64, [_I64, _DOUBLE_P, _DOUBLE_P, _DOUBLE_P, _I8P])
-        ptr = builder.inttoptr(args[0], fnty.as_pointer())
-        return builder.call(ptr, [args[1], args[2], args[3], args[4], builder.inttoptr(args[5], _I8P)])
-    return types.int64(fn, dim, x, grad, logp, ud), codegen
+def _caller(*arg_types):
+    """An intrinsic ``call(address, a, b, c, d, user_data) -> int64`` of a C function
+    ``int64 f(a, b, c, d, void *user_data)`` with ``arg_types``; ``user_data`` is passed as an address (int64)."""
+    fnty = ir.FunctionType(_I64, [*arg_types, _I8P])
+
+    @intrinsic
+    def call(typingctx, fn, a, b, c, d, ud):
+        def codegen(cgctx, builder, sig, llargs):
+            ptr = builder.inttoptr(llargs[0], fnty.as_pointer())
+            return builder.call(ptr, [*llargs[1:5], builder.inttoptr(llargs[5], _I8P)])
+        return types.int64(fn, a, b, c, d, ud), codegen
+    return call
 
 
-@intrinsic
-def _call_expand(typingctx, fn, dim, expanded, x, out, ud):
-    def codegen(cgctx, builder, sig, args):
-        fnty = ir.FunctionType(_I64, [_I64, _I64, _DOUBLE_P, _DOUBLE_P, _I8P])
-        ptr = builder.inttoptr(args[0], fnty.as_pointer())
-        return builder.call(ptr, [args[1], args[2], args[3], args[4], builder.inttoptr(args[5], _I8P)])
-    return types.int64(fn, dim, expanded, x, out, ud), codegen
+_call_logp = _caller(_I64, _DOUBLE_P, _DOUBLE_P, _DOUBLE_P)
+_call_expand = _caller(_I64, _I64, _DOUBLE_P, _DOUBLE_P)
 
 
-def _logp(dim, z_, grad_, logp_, user_data_):
+@numba.njit(cache=True)
+def _unwhiten(dim, z_, user_data_):
+    """The user data, W and x = mode + W z; an empty x when ``dim`` is not the model's dimension."""
     ud = numba.carray(_i64_ptr(user_data_), (6,))
     n = ud[3]
     if dim != n:
-        return -1
-    z = numba.carray(z_, (n,))
-    mode = numba.carray(_f64_ptr(ud[1]), (n,))
+        return ud, np.empty((0, 0)), np.empty(0)
     W = numba.carray(_f64_ptr(ud[2]), (n, n))
-    x = mode + W @ z
-    grad_x = np.empty(n)
+    return ud, W, numba.carray(_f64_ptr(ud[1]), (n,)) + W @ numba.carray(z_, (n,))
+
+
+def _logp(dim, z_, grad_, logp_, user_data_):
+    ud, W, x = _unwhiten(dim, z_, user_data_)
+    if x.size == 0:
+        return -1
+    grad_x = np.empty(x.size)
     rc = _call_logp(ud[4], dim, _f64_ptr(x.ctypes.data), _f64_ptr(grad_x.ctypes.data), logp_, ud[0])
     if rc != 0:
         return rc
-    grad = numba.carray(grad_, (n,))
-    grad[:] = W.T @ grad_x
+    numba.carray(grad_, (x.size,))[:] = W.T @ grad_x
     return 0
 
 
 def _expand(dim, expanded, z_, out_, user_data_):
-    ud = numba.carray(_i64_ptr(user_data_), (6,))
-    n = ud[3]
-    if dim != n:
+    ud, _, x = _unwhiten(dim, z_, user_data_)
+    if x.size == 0:
         return -1
-    z = numba.carray(z_, (n,))
-    mode = numba.carray(_f64_ptr(ud[1]), (n,))
-    W = numba.carray(_f64_ptr(ud[2]), (n, n))
-    x = mode + W @ z
     return _call_expand(ud[5], dim, expanded, _f64_ptr(x.ctypes.data), out_, ud[0])
 
 

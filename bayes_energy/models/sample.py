@@ -128,11 +128,13 @@ def start_at_mode(compiled, seed: int | None = None, jitter: float = INIT_JITTER
 
     When the climb fails, the model is returned unchanged.
     """
-    import dataclasses
-
     mode = find_mode(compiled, seed, maxiter)
-    if mode is None:
-        return compiled
+    return compiled if mode is None else _started_near(compiled, mode, jitter)
+
+
+def _started_near(compiled, mode: np.ndarray, jitter: float = INIT_JITTER):
+    """``compiled`` with each chain starting at ``mode`` plus a uniform jitter drawn from the chain's seed."""
+    import dataclasses
 
     def near_mode(chain_seed):
         return mode + np.random.default_rng(chain_seed).uniform(-jitter, jitter, size=mode.shape)
@@ -150,9 +152,7 @@ def laplace_whitened(compiled, seed: int | None = None):
     if mode is None:
         return compiled
     W = whitening(hessian(_logp_and_gradient(compiled), mode))
-    if W is None:
-        return start_at_mode(compiled, seed)
-    return precondition(compiled, mode, W)
+    return _started_near(compiled, mode) if W is None else precondition(compiled, mode, W)
 
 
 def run_nutpie(compiled, draws: int = DRAWS, tune: int = TUNE, chains: int = 4, seed: int | None = None,
