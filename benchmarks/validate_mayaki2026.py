@@ -286,12 +286,13 @@ class BayesRunner:
     posterior of the others unchanged.
     """
 
-    def __init__(self, name: str, full: pd.DataFrame, draws: int, tune: int, chains: int,
-                 eigval_cutoff: float | None = None, laplace: bool | None = None, target_accept: float | None = None):
+    def __init__(self, name: str, full: pd.DataFrame, draws: int, tune: int, chains: int, **sampling):
+        """``sampling``: further keywords of :func:`bayes_energy.models.refit.refit` (``eigval_cutoff``,
+        ``laplace``, ``target_accept``) for every fit."""
         from bayes_energy.models.refit import compile_model
 
-        self.name, self.draws, self.tune, self.chains = name, draws, tune, chains
-        self.eigval_cutoff, self.laplace, self.target_accept = eigval_cutoff, laplace, target_accept
+        self.name = name
+        self.sampling = {"draws": draws, "tune": tune, "chains": chains, **sampling}
         model, overrides = BAYES_VARIANTS[name]
         self.compiled = compile_model(model, full, overrides)
         self.compile_s = self.compiled.compile_s
@@ -299,8 +300,7 @@ class BayesRunner:
     def fit(self, train: pd.DataFrame, seed: int):
         from bayes_energy.models.refit import refit
 
-        return refit(self.compiled, train, seed=seed, draws=self.draws, tune=self.tune, chains=self.chains,
-                     eigval_cutoff=self.eigval_cutoff, laplace=self.laplace, target_accept=self.target_accept)
+        return refit(self.compiled, train, seed=seed, **self.sampling)
 
 
 def fit_diagnostics(idata) -> dict:
@@ -500,8 +500,7 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
     rows.to_csv(out / f"{stem}_splits.csv", index=False, float_format="%.5g")
     conf = (f"seed {seed}; {summary['n_splits'].max()} splits per setting; Bayesian fits: {chains} chains x "
             f"{tune} tune + {draws} draws (nutpie, target acceptance {nuts['target_accept']:g}, low-rank mass matrix, "
-            f"eigenvalue cutoff "
-            f"{nuts['mass_matrix_eigval_cutoff']:g}, window {nuts['mass_matrix_switch_freq']}"
+            f"eigenvalue cutoff {nuts['mass_matrix_eigval_cutoff']:g}, window {nuts['mass_matrix_switch_freq']}"
             + ("; whitened at the mode (Laplace)" if laplace else "") + f"); wall time {wall:.0f} s on "
             f"{_cpus()} CPU(s)" + (" over more than one process (resumed)" if t_before else ""))
     (out / f"{stem}.md").write_text(

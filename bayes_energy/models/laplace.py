@@ -31,6 +31,7 @@ sits beside this file, or in its user-wide folder where that is read-only).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numba
 import numpy as np
@@ -74,9 +75,8 @@ def whitening(H: np.ndarray, floor: float = EIGEN_FLOOR) -> np.ndarray | None:
     return np.ascontiguousarray(V / np.sqrt(np.maximum(lam, floor)))
 
 
-#: Layout of the wrappers' user data (int64): the wrapped model's user data, the mode, W, the dimension and
-#: the wrapped model's two compiled functions, all as addresses.
-_UD_FIELDS = ("user_data", "mode", "W", "n", "logp", "expand")
+# The wrappers' user data (int64, built by precondition): [0] the wrapped model's user data, [1] the mode, [2] W,
+# [3] the dimension, [4] and [5] the wrapped model's compiled log density and expand function, all but [3] addresses.
 _F64P = types.CPointer(types.float64)
 _DOUBLE_P, _I64, _I8P = ir.DoubleType().as_pointer(), ir.IntType(64), ir.IntType(8).as_pointer()
 
@@ -145,20 +145,15 @@ def _expand(dim, expanded, z_, out_, user_data_):
     return _call_expand(ud[5], dim, expanded, _f64_ptr(x.ctypes.data), out_, ud[0])
 
 
-_WRAPPERS: list = []
-
-
+@functools.cache
 def _wrappers():
     """The whitened log density and expand ``cfunc``\\ s, compiled once per machine (numba's disk cache).
 
     They read every address from the user data, so no model's constants are compiled in: one pair serves
     every model, and numba can cache it.
     """
-    if not _WRAPPERS:
-        _WRAPPERS.append((numba.cfunc(types.int64(types.uint64, _F64P, _F64P, _F64P, types.voidptr), cache=True)(_logp),
-                          numba.cfunc(types.int64(types.uint64, types.uint64, _F64P, _F64P, types.voidptr),
-                                      cache=True)(_expand)))
-    return _WRAPPERS[0]
+    return (numba.cfunc(types.int64(types.uint64, _F64P, _F64P, _F64P, types.voidptr), cache=True)(_logp),
+            numba.cfunc(types.int64(types.uint64, types.uint64, _F64P, _F64P, types.voidptr), cache=True)(_expand))
 
 
 class _UserData(np.ndarray):
