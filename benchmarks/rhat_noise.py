@@ -23,30 +23,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tables import write_table  # noqa: E402
 
+from bayes_energy.models.diagnostics import max_rhat  # noqa: E402
+
 #: scalars with an R-hat in a hierarchical split fit of the harness (seed 2026, pooled setting)
 SCALARS = 536
-
-
-def max_rhat(x: np.ndarray) -> float:
-    """Max over the last axis of ArviZ's rank-normalised split R-hat (bulk and folded), for (chain, draw, k) draws.
-
-    The same formula as ``arviz.rhat`` (Vehtari et al. 2021), over all scalars at once: ArviZ computes it one scalar at
-    a time, ~1.4 ms each, which would make this script take an hour. :func:`share_above` checks the two agree."""
-    from scipy import stats
-
-    half = x.shape[1] // 2
-    split = np.concatenate([x[:, :half], x[:, -half:]], axis=0)  # (2 * chains, half, k)
-
-    def rhat(a):
-        n = a.shape[1]
-        flat = a.reshape(-1, a.shape[2])
-        z = stats.norm.ppf((stats.rankdata(flat, axis=0) - 0.375) / (flat.shape[0] + 0.25)).reshape(a.shape)
-        between = n * np.var(z.mean(axis=1), axis=0, ddof=1)
-        within = np.var(z, axis=1, ddof=1).mean(axis=0)
-        return np.sqrt((between / within + n - 1) / n)
-
-    folded = np.abs(split - np.median(split.reshape(-1, split.shape[2]), axis=0))
-    return float(np.maximum(rhat(split), rhat(folded)).max())
 
 
 def share_above(chains: int, draws: int, slow: int, ess: float, reps: int, rng: np.random.Generator,

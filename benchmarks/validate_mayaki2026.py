@@ -305,16 +305,10 @@ class BayesRunner:
 
 def fit_diagnostics(idata) -> dict:
     """Divergences, max R-hat and the number of chains stuck in a minor mode (``diagnostics.minor_mode_chains``)."""
-    import arviz as az
+    from bayes_energy.models.diagnostics import max_rhat, minor_mode_chains
 
-    from bayes_energy.models.diagnostics import minor_mode_chains
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rhat = az.rhat(idata.posterior)
-    vals = [float(np.nanmax(v.values)) for v in rhat.data_vars.values() if np.isfinite(v.values).any()]
     modes = minor_mode_chains(idata)
-    return {"divergences": int(idata.sample_stats["diverging"].sum()), "max_rhat": max(vals),
+    return {"divergences": int(idata.sample_stats["diverging"].sum()), "max_rhat": max_rhat(idata.posterior),
             "minor_mode_chains": len(modes["minor"]) if modes else np.nan}
 
 

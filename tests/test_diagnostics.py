@@ -54,3 +54,21 @@ def test_a_summary_passed_in_gives_the_same_diagnostics_as_computing_it():
     z.posterior["u_z"] = z.posterior["x"]
     z.posterior["x"] = z.posterior["x"] * 0 + np.random.default_rng(1).normal(size=(4, 500))
     assert diagnose(z, summary=summarize(z))["max_rhat"] > 1.01
+
+
+def test_the_all_at_once_max_r_hat_is_arvizs_and_skips_scalars_without_one():
+    from bayes_energy.models.diagnostics import max_rhat
+
+    for shift in (0.0, 0.3, 3.0):
+        post = _idata(shift_chain=1, shift=shift).posterior
+        rng = np.random.default_rng(2)
+        post["v"] = (("chain", "draw", "k"), rng.normal(size=(4, 500, 3)) + np.arange(4)[:, None, None] * shift)
+        post["const"] = (("chain", "draw"), np.ones((4, 500)))  # a reference level: no R-hat
+        post["n"] = (("chain", "draw"), rng.integers(0, 3, size=(4, 500)))  # ties, integer draws
+        ref = az.rhat(post)
+        want = max(float(np.nanmax(v.values)) for v in ref.data_vars.values() if np.isfinite(v.values).any())
+        assert abs(max_rhat(post) - want) < 1e-12
+        assert (max_rhat(post) > 1.01) == (shift > 0.1)
+    # an odd number of draws: the split drops the middle draw, as ArviZ does
+    x = np.random.default_rng(3).normal(size=(2, 301, 4))
+    assert abs(max_rhat(x) - float(az.rhat(az.from_dict(posterior={"x": x})).x.max())) < 1e-12
