@@ -23,10 +23,13 @@ from .law import ETA_COLUMN, block_mean, log_eta_from_curves
 from .predictive import curve_rows
 from .spec import ModelSpec, by_coef
 
-__all__ = ["build_model", "model_data", "data_dims", "BLOCKS"]
+__all__ = ["build_model", "model_data", "data_dims", "BLOCKS", "PARTS"]
 
 #: The two outcome blocks: energy and time.
 BLOCKS = ("E", "T")
+#: The two parts of the model whose posteriors are independent when every run's efficiency is measured
+#: (``build_model(part=...)``, :mod:`bayes_energy.models.parts`).
+PARTS = ("curves", "outcomes")
 
 
 def model_data(spec: ModelSpec, df: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -189,7 +192,7 @@ def _student_nu(block: str, pri: dict):
                             + pm.Gamma(f"{block}_nu_excess", alpha=pri["nu_alpha"], beta=pri["nu_beta"]))
 
 
-def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
+def build_model(spec: ModelSpec, df: pd.DataFrame, part: str | None = None) -> pm.Model:
     """Make the PyMC model for a spec and its training table.
 
     Parameters
@@ -198,6 +201,10 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         The specification (coords, config, centring).
     df : pandas.DataFrame
         The training sweep table.
+    part : {None, "curves", "outcomes"}
+        The whole model (None), or one of the two parts its posterior factorises into when every run's
+        efficiency is measured (:mod:`bayes_energy.models.parts`): ``"curves"``, the speedup curves and
+        ``log_eta``; ``"outcomes"``, energy and time, with the measured efficiencies as a feature.
 
     Returns
     -------
@@ -206,6 +213,8 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         (centred ln s) and ``log_eta`` (ln efficiency of multi-device rows
         with a single-device partner: the rows that inform the curves).
     """
+    if part not in (None, *PARTS):
+        raise ValueError(f"part must be None or one of {', '.join(PARTS)}, got {part!r}")
     enable_compile_cache()  # before any random variable is built (see models/cache.py)
     cfg = spec.config
     pri = cfg["priors"]
@@ -230,7 +239,7 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         def shear(b, key):
             return (lam, raw[key]) if sheared and b == "T" else None
 
-        for b in BLOCKS:
+        for b in (BLOCKS if part != "curves" else ()):
             mu = _normal(f"{b}_mu", by_coef(pri[f"{b}_mu_mu"], coords["coef"]), by_coef(pri[f"{b}_mu_sigma"], coords["coef"]),
                          "coef", shear(b, "mu"))
             if partial:
@@ -260,43 +269,15 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
                 z = pm.Normal(f"{b}_u_z", 0.0, 1.0, dims="group")
                 P[f"{b}_u"] = pm.Deterministic(f"{b}_u", z * tau_u, dims="group")
 
-        curve_mu_prior = np.asarray([m for c in CURVES.values() for m in c.prior_mu])
-        curve_mu = pm.Normal("curve_mu", mu=curve_mu_prior, sigma=pri["curve_mu_sigma"], dims="curve_param")
-        if partial:
-            P["curve_cell"] = _cell_effects("curve_cell", curve_mu[None, :], pri["tau_curve"], ("cell", "curve_param"), parents)
+        if part == "outcomes":
+            if not np.all(values["eta_known"]):
+                raise ValueError("the outcomes part needs every run's efficiency measured (a single-device partner); "
+                                 "build the whole model instead")
+            log_eta_used = A["X"][:, ETA_COLUMN]
         else:
-            P["curve_cell"] = pm.Deterministic("curve_cell", pt.tile(curve_mu[None, :], (ncell, 1)), dims=("cell", "curve_param"))
-        if cfg.get("curve_covariates"):
-            # covariates move the curve parameters named in config["curve_covariates_on"] (by
-            # default the primary level of each curve: USL contention, TP ceiling)
-            main = pm.Normal("curve_beta_main", 0.0, pri["curve_beta_sigma"], dims=("curve_coef", "curve_main"))
-            if partial and cfg.get("curve_slopes_by_cell"):
-                # each cell's curve responds to the covariates in its own way, pooled towards the population
-                # (per cell, least squares of ln eta on the covariates reach 2-5x lower error than shared slopes)
-                main = _cell_effects("curve_beta_cell", main[None], pri["tau_curve_beta"], ("cell", "curve_coef", "curve_main"),
-                                     parents)
-                full = pt.zeros((ncell, len(coords["curve_coef"]), len(coords["curve_param"])))
-                full = pt.set_subtensor(full[:, :, spec.curve_moved_index], main)
-                P["curve_beta"] = pm.Deterministic("curve_beta", full, dims=("cell", "curve_coef", "curve_param"))
-            else:
-                full = pt.zeros((len(coords["curve_coef"]), len(coords["curve_param"])))
-                full = pt.set_subtensor(full[:, spec.curve_moved_index], main)
-                P["curve_beta"] = pm.Deterministic("curve_beta", full, dims=("curve_coef", "curve_param"))
-        eta_curve = pm.Deterministic("log_eta_curve", log_eta_from_curves(P, A, pt), dims="run")
-        eta_sigma = _noise_scale("eta_sigma", pri["eta_sigma"], pri, "strategy_multi")
-        rows = A["curve_rows"]
-        eta_kw = dict(mu=eta_curve[rows], sigma=eta_sigma[A["strategy_idx"][rows] - 1],
-                      observed=A["log_eta_curve_obs"], dims="curve_run")
-        eta_noise = cfg.get("eta_noise", "normal")
-        if eta_noise not in ("normal", "student_t"):
-            raise ValueError(f"config eta_noise must be 'normal' or 'student_t', got {eta_noise!r}")
-        if eta_noise == "student_t":
-            # heavy-tailed scatter of the measured efficiency about the curves (hierarchical.DEFAULT_CONFIG)
-            pm.StudentT("log_eta", nu=_student_nu("eta", pri), **eta_kw)
-        else:
-            pm.Normal("log_eta", **eta_kw)
-        log_eta_used = A["eta_known"] * A["X"][:, ETA_COLUMN] + (1.0 - A["eta_known"]) * eta_curve
-
+            log_eta_used = _curves(spec, P, A)
+        if part == "curves":
+            return model
         noise_dims = "strategy" if cfg["noise_by"] == "strategy" else None
         mu_E = block_mean(P, "E", A, log_eta_used, pt)
         sigma_E = _noise_scale("E_sigma", pri["sigma"], pri, noise_dims)
@@ -312,3 +293,47 @@ def build_model(spec: ModelSpec, df: pd.DataFrame) -> pm.Model:
         sT = sigma_T[A["strategy_idx"]] if noise_dims else sigma_T
         pm.StudentT("log_time", nu=nu_T, mu=mu_T, sigma=sT, observed=A["log_time_obs"], dims="run")
     return model
+
+
+def _curves(spec: ModelSpec, P: dict, A: dict):
+    """The speedup curves and their likelihood ``log_eta``; adds the curve parameters to ``P`` and returns the ln
+    efficiency each run's energy and time use (measured where known, else the curves')."""
+    cfg, pri, coords = spec.config, spec.config["priors"], spec.coords
+    partial, ncell = cfg["pooling"] == "partial", len(coords["cell"])
+    parents = (*spec.cell_parents(), tuple(pri["cell_shares"])) if partial and cfg.get("crossed") else None
+    curve_mu_prior = np.asarray([m for c in CURVES.values() for m in c.prior_mu])
+    curve_mu = pm.Normal("curve_mu", mu=curve_mu_prior, sigma=pri["curve_mu_sigma"], dims="curve_param")
+    if partial:
+        P["curve_cell"] = _cell_effects("curve_cell", curve_mu[None, :], pri["tau_curve"], ("cell", "curve_param"), parents)
+    else:
+        P["curve_cell"] = pm.Deterministic("curve_cell", pt.tile(curve_mu[None, :], (ncell, 1)), dims=("cell", "curve_param"))
+    if cfg.get("curve_covariates"):
+        # covariates move the curve parameters named in config["curve_covariates_on"] (by
+        # default the primary level of each curve: USL contention, TP ceiling)
+        main = pm.Normal("curve_beta_main", 0.0, pri["curve_beta_sigma"], dims=("curve_coef", "curve_main"))
+        if partial and cfg.get("curve_slopes_by_cell"):
+            # each cell's curve responds to the covariates in its own way, pooled towards the population
+            # (per cell, least squares of ln eta on the covariates reach 2-5x lower error than shared slopes)
+            main = _cell_effects("curve_beta_cell", main[None], pri["tau_curve_beta"], ("cell", "curve_coef", "curve_main"),
+                                 parents)
+            full = pt.zeros((ncell, len(coords["curve_coef"]), len(coords["curve_param"])))
+            full = pt.set_subtensor(full[:, :, spec.curve_moved_index], main)
+            P["curve_beta"] = pm.Deterministic("curve_beta", full, dims=("cell", "curve_coef", "curve_param"))
+        else:
+            full = pt.zeros((len(coords["curve_coef"]), len(coords["curve_param"])))
+            full = pt.set_subtensor(full[:, spec.curve_moved_index], main)
+            P["curve_beta"] = pm.Deterministic("curve_beta", full, dims=("curve_coef", "curve_param"))
+    eta_curve = pm.Deterministic("log_eta_curve", log_eta_from_curves(P, A, pt), dims="run")
+    eta_sigma = _noise_scale("eta_sigma", pri["eta_sigma"], pri, "strategy_multi")
+    rows = A["curve_rows"]
+    eta_kw = dict(mu=eta_curve[rows], sigma=eta_sigma[A["strategy_idx"][rows] - 1],
+                  observed=A["log_eta_curve_obs"], dims="curve_run")
+    eta_noise = cfg.get("eta_noise", "normal")
+    if eta_noise not in ("normal", "student_t"):
+        raise ValueError(f"config eta_noise must be 'normal' or 'student_t', got {eta_noise!r}")
+    if eta_noise == "student_t":
+        # heavy-tailed scatter of the measured efficiency about the curves (hierarchical.DEFAULT_CONFIG)
+        pm.StudentT("log_eta", nu=_student_nu("eta", pri), **eta_kw)
+    else:
+        pm.Normal("log_eta", **eta_kw)
+    return A["eta_known"] * A["X"][:, ETA_COLUMN] + (1.0 - A["eta_known"]) * eta_curve

@@ -128,7 +128,10 @@ def diagnose(idata: az.InferenceData, loo_var: str = "log_energy", summary: pd.D
         if summary is None or checked != summary_vars(idata):
             summary = az.summary(idata, var_names=checked, kind="diagnostics")
         s = summary[np.isfinite(summary["r_hat"])]  # constants (reference levels) have no R-hat
-        bfmi = az.bfmi(idata)
+        energy = idata.sample_stats["energy"]
+        # a fit sampled in parts (models.parts) has one Hamiltonian, and one E-BFMI, per part
+        bfmi = (az.bfmi(idata) if "part" not in energy.dims
+                else [az.bfmi(energy.sel(part=p).transpose("chain", "draw").values) for p in energy["part"].values])
     out = {
         "divergences": int(idata.sample_stats["diverging"].sum()),
         "max_rhat": float(s["r_hat"].max()),

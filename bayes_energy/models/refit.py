@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import arviz as az
 import pandas as pd
 
-from . import DRAWS, TUNE, default_config
+from . import DRAWS, TUNE, WHOLE_DRAWS, WHOLE_TUNE, default_config
 from .cache import compile_nutpie
 from .spec import ModelSpec, cell_labels, group_keys
 
@@ -54,7 +54,7 @@ class CompiledModel:
     levels : dict
         The level lists the compiled graph is sized for.
     compiled : object
-        nutpie's compiled model.
+        nutpie's compiled model, or ``{part: compiled}`` when compiled in parts (:mod:`~bayes_energy.models.parts`).
     compile_s : float
         Wall seconds the build and compile took.
     """
@@ -89,6 +89,7 @@ def compile_model(spec_or_name: ModelSpec | str, df: pd.DataFrame, config: dict 
     CompiledModel
     """
     from .build import build_model
+    from .parts import compile_parts, factorises
     from .sample import kept_vars
 
     t0 = time.perf_counter()
@@ -103,8 +104,11 @@ def compile_model(spec_or_name: ModelSpec | str, df: pd.DataFrame, config: dict 
         cfg = default_config(name, config)  # ValueError on an unknown model
         levels = None
     spec = ModelSpec.from_table(df, name, cfg, levels=levels)
-    model = build_model(spec, df)
-    compiled = compile_nutpie(model, var_names=kept_vars(model))
+    if factorises(spec, df):
+        compiled = compile_parts(spec, df)  # every efficiency measured: two independent parts (models.parts)
+    else:
+        model = build_model(spec, df)
+        compiled = compile_nutpie(model, var_names=kept_vars(model))
     return CompiledModel(name=name, config=cfg, levels=spec.config["levels"], compiled=compiled,
                          compile_s=time.perf_counter() - t0)
 
@@ -122,8 +126,8 @@ def _check_levels(compiled: CompiledModel, df: pd.DataFrame) -> None:
                              f"compiled for ({', '.join(known)}); compile on a table that holds them")
 
 
-def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, draws: int = DRAWS, tune: int = TUNE,
-          chains: int = 4, progress: bool = False, target_accept: float | None = None,
+def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, draws: int | None = None,
+          tune: int | None = None, chains: int = 4, progress: bool = False, target_accept: float | None = None,
           eigval_cutoff: float | None = None, laplace: bool | None = None) -> az.InferenceData:
     """Sample the compiled model on a new table, with no new compile.
 
@@ -135,7 +139,10 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
         A validated sweep table (with ``efficiency``) whose levels are among
         ``compiled.levels``.
     seed : int, optional
-    draws, tune, chains : int
+    draws, tune : int, optional
+        Per chain; by default :data:`~bayes_energy.models.DRAWS` and :data:`~bayes_energy.models.TUNE` for a model
+        compiled in parts, else :data:`~bayes_energy.models.WHOLE_DRAWS` and :data:`~bayes_energy.models.WHOLE_TUNE`.
+    chains : int
     progress : bool
         Show nutpie's progress bar.
     target_accept : float, optional
@@ -146,6 +153,7 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
         :data:`bayes_energy.models.sample.EIGVAL_CUTOFF`).
     laplace : bool, optional
         Sample on coordinates whitened at the mode (default
+        :data:`bayes_energy.models.parts.PART_SAMPLING` for a model compiled in parts, else
         :data:`bayes_energy.models.sample.LAPLACE`; :mod:`bayes_energy.models.laplace`).
 
     Returns
@@ -161,22 +169,33 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
         When the table is empty or holds a level the model was not compiled for.
     """
     from .build import model_data
+    from .parts import factorises, run_parts
+    from .parts import with_data as parts_with_data
     from .sample import attach_provenance, run_nutpie
 
     if not isinstance(compiled, CompiledModel):
         raise TypeError(f"refit needs the CompiledModel that compile_model returns, got {type(compiled).__name__}")
     if len(df) == 0:
         raise ValueError("refit table: no rows")
+    in_parts = isinstance(compiled.compiled, dict)  # compiled in parts (models.parts)
+    draws = (DRAWS if in_parts else WHOLE_DRAWS) if draws is None else draws
+    tune = (TUNE if in_parts else WHOLE_TUNE) if tune is None else tune
     for name, v in (("draws", draws), ("tune", tune), ("chains", chains)):
         if int(v) < 1:
             raise ValueError(f"{name} must be at least 1, got {v}")
     _check_levels(compiled, df)
     spec = ModelSpec.from_table(df, compiled.name, compiled.config, levels=compiled.levels)
-    # only the pm.Data the compiled graph uses are its shared variables
-    data = {k: v for k, v in model_data(spec, df).items() if k in compiled.compiled.shared_data}
-    idata = run_nutpie(compiled.compiled.with_data(**data), draws=draws, tune=tune, chains=chains, seed=seed,
-                       progress=progress, target_accept=target_accept,
-                       eigval_cutoff=eigval_cutoff, laplace=laplace)
+    kw = {"draws": draws, "tune": tune, "chains": chains, "seed": seed, "progress": progress,
+          "target_accept": target_accept, "eigval_cutoff": eigval_cutoff, "laplace": laplace}
+    if in_parts:
+        if not factorises(spec, df):
+            raise ValueError("refit table: a run's efficiency is unknown (no single-device partner), so the speedup "
+                             "curves and the energy are not independent; compile_model on a table like it")
+        idata = run_parts(parts_with_data(compiled.compiled, spec, df), **kw)
+    else:
+        # only the pm.Data the compiled graph uses are its shared variables
+        data = {k: v for k, v in model_data(spec, df).items() if k in compiled.compiled.shared_data}
+        idata = run_nutpie(compiled.compiled.with_data(**data), **kw)
     idata = attach_provenance(idata, spec, df)
     idata.posterior.attrs["sampler"] = "nutpie (compiled once, refitted with with_data)"
     return idata

@@ -20,7 +20,7 @@ import pymc as pm
 import xarray as xr
 
 from .. import __version__, threads
-from . import DRAWS, TUNE, default_config
+from . import DRAWS, TUNE, WHOLE_DRAWS, WHOLE_TUNE, default_config
 from .build import build_model, data_dims, model_data
 from .cache import compile_nutpie
 from .io import table_hash
@@ -155,7 +155,7 @@ def laplace_whitened(compiled, seed: int | None = None):
     return _started_near(compiled, mode) if W is None else precondition(compiled, mode, W)
 
 
-def run_nutpie(compiled, draws: int = DRAWS, tune: int = TUNE, chains: int = 4, seed: int | None = None,
+def run_nutpie(compiled, draws: int = WHOLE_DRAWS, tune: int = WHOLE_TUNE, chains: int = 4, seed: int | None = None,
                progress: bool = False, target_accept: float | None = None,
                eigval_cutoff: float | None = None, laplace: bool | None = None) -> az.InferenceData:
     """``nutpie.sample`` as every fit of the package runs it: chains from the mode (:func:`start_at_mode`),
@@ -177,7 +177,7 @@ def run_nutpie(compiled, draws: int = DRAWS, tune: int = TUNE, chains: int = 4, 
     return idata
 
 
-def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = DRAWS, tune: int = TUNE,
+def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = WHOLE_DRAWS, tune: int = WHOLE_TUNE,
                  chains: int = 4, seed: int | None = None, progress: bool = True,
                  compiled=None, target_accept: float = TARGET_ACCEPT) -> az.InferenceData:
     """Draw from the posterior of a built model.
@@ -253,9 +253,9 @@ def attach_provenance(idata: az.InferenceData, spec: ModelSpec, df: pd.DataFrame
 
 
 def fit(df: pd.DataFrame, model: str = "hierarchical", config: dict | None = None,
-        levels: dict | None = None, sampler: str = "nutpie", draws: int = DRAWS, tune: int = TUNE,
+        levels: dict | None = None, sampler: str = "nutpie", draws: int | None = None, tune: int | None = None,
         chains: int = 4, seed: int | None = None, progress: bool = True,
-        predictive: bool = True, target_accept: float = TARGET_ACCEPT) -> az.InferenceData:
+        predictive: bool = True, target_accept: float | None = None) -> az.InferenceData:
     """Fit a Bayesian model to a sweep table.
 
     Parameters
@@ -268,10 +268,17 @@ def fit(df: pd.DataFrame, model: str = "hierarchical", config: dict | None = Non
         Overrides merged into the model's default config.
     levels : dict, optional
         Fixed level lists (see :meth:`ModelSpec.from_table`).
-    sampler, draws, tune, chains, seed, progress
+    sampler, chains, seed, progress
         See :func:`sample_model`.
+    draws, tune : int, optional
+        Per chain; by default :data:`~bayes_energy.models.DRAWS`, :data:`~bayes_energy.models.TUNE` when the
+        posterior is sampled in its two parts (nutpie, every run's efficiency measured: :mod:`bayes_energy.models.parts`),
+        else :data:`~bayes_energy.models.WHOLE_DRAWS`, :data:`~bayes_energy.models.WHOLE_TUNE`.
     predictive : bool, default True
         Also compute the pointwise log-likelihood and posterior predictive.
+    target_accept : float, optional
+        NUTS target acceptance (default :data:`TARGET_ACCEPT`; in parts, each part's
+        :data:`~bayes_energy.models.parts.PART_SAMPLING`).
 
     Returns
     -------
@@ -282,10 +289,18 @@ def fit(df: pd.DataFrame, model: str = "hierarchical", config: dict | None = Non
     >>> from bayes_energy.simulate import simulate_sweep
     >>> idata = fit(simulate_sweep(seed=1), model="pooled", draws=200, tune=200)  # doctest: +SKIP
     """
+    from .parts import compile_parts, factorises, run_parts
+
     spec = ModelSpec.from_table(df, model, default_config(model, config), levels=levels)
-    pm_model = build_model(spec, df)
-    idata = sample_model(pm_model, sampler=sampler, draws=draws, tune=tune, chains=chains, seed=seed,
-                         progress=progress, target_accept=target_accept)
+    if sampler == "nutpie" and factorises(spec, df):
+        # every efficiency measured: the curves and the outcomes are independent parts (models.parts)
+        idata = run_parts(compile_parts(spec, df), draws=DRAWS if draws is None else draws,
+                          tune=TUNE if tune is None else tune, chains=chains, seed=seed, progress=progress,
+                          target_accept=target_accept)
+    else:
+        idata = sample_model(build_model(spec, df), sampler=sampler, draws=WHOLE_DRAWS if draws is None else draws,
+                             tune=WHOLE_TUNE if tune is None else tune, chains=chains, seed=seed, progress=progress,
+                             target_accept=TARGET_ACCEPT if target_accept is None else target_accept)
     if predictive:
         add_predictive(idata, spec, df, seed=seed)
     return attach_provenance(idata, spec, df)
