@@ -77,17 +77,21 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
         laplace: bool | None = None) -> pd.DataFrame:
     """Run ``reps`` SBC replications; write the outputs; return the summary table.
 
-    ``tune`` defaults to the package's own tuning length (``bayes_energy.models.TUNE``): at 200 a funnel
-    that 400 shows stayed hidden (docs/speed.md section 8). ``target_accept`` overrides the package's NUTS target acceptance (``nuts_settings``),
+    Each replication is sampled as a fit is: in its two parts when every simulated run's efficiency is measured
+    (``bayes_energy.models.parts``; ``draws`` then count after the curves' thinning), else whole. ``tune``
+    defaults to the package's own tuning length for the way it is sampled (``bayes_energy.models.TUNE``, or
+    ``WHOLE_TUNE``: sampled whole, at 200 a funnel that 400 shows stayed hidden, docs/speed.md section 8). ``target_accept`` overrides the package's NUTS target acceptance (``nuts_settings``),
     ``eigval_cutoff`` nutpie's low-rank eigenvalue cutoff (``EIGVAL_CUTOFF``), ``laplace`` whether chains sample
     coordinates whitened at the mode (``LAPLACE``).
     """
     from scipy.stats import chisquare
 
-    from bayes_energy.models import TUNE
+    from bayes_energy.models import TUNE, WHOLE_TUNE
     from bayes_energy.models.build import build_model, model_data
     from bayes_energy.models.cache import compile_nutpie
     from bayes_energy.models.io import sample_array
+    from bayes_energy.models.parts import compile_parts, factorises, run_parts
+    from bayes_energy.models.parts import with_data as parts_with_data
     from bayes_energy.models.sample import kept_vars, run_nutpie
     from bayes_energy.schema import SchemaError
     from bayes_energy.simulate import (
@@ -97,12 +101,18 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
         simulate_from_params,
     )
 
-    tune = TUNE if tune is None else tune
     t_start = time.perf_counter()
     design = sbc_design(n_configs, seed)
     spec = design_spec(design, model)
-    pm_model = build_model(spec, placeholder_table(design))
-    compiled = compile_nutpie(pm_model, var_names=kept_vars(pm_model))
+    parts = compile_parts(spec, placeholder_table(design))
+    whole = []  # compiled on the first table that needs it
+
+    def compiled_whole():
+        if not whole:
+            pm_model = build_model(spec, placeholder_table(design))
+            whole.append(compile_nutpie(pm_model, var_names=kept_vars(pm_model)))
+        return whole[0]
+
     log(f"compiled {model} on a {len(design)}-row design in {time.perf_counter() - t_start:.0f} s")
     # more prior draws than replications: a draw whose simulated table fails the schema's physical ranges
     # (e.g. a run of 1e9 s) is skipped. Rejecting on the data alone keeps the ranks uniform, because
@@ -114,6 +124,7 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
     rng = np.random.default_rng(seed)
     records = []
     rejected = 0
+    in_parts = 0
 
     def accepted():
         """(truth, simulated table) per prior draw whose table passes the schema's physical ranges."""
@@ -128,12 +139,17 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
         raise RuntimeError(f"{rejected} of {prior.sizes['draw']} prior draws gave tables outside the physical ranges")
 
     for r, (truth, table) in zip(range(reps), accepted()):
-        data = {k: v for k, v in model_data(spec, table).items() if k in compiled.shared_data}
+        kw = {"draws": draws, "chains": chains, "seed": int(rng.integers(2**31)), "target_accept": target_accept,
+              "eigval_cutoff": eigval_cutoff, "laplace": laplace}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            idata = run_nutpie(compiled.with_data(**data), draws=draws, tune=tune, chains=chains,
-                               seed=int(rng.integers(2**31)), target_accept=target_accept,
-                               eigval_cutoff=eigval_cutoff, laplace=laplace)
+            if factorises(spec, table):
+                idata = run_parts(parts_with_data(parts, spec, table), tune=TUNE if tune is None else tune, **kw)
+            else:
+                compiled = compiled_whole()
+                data = {k: v for k, v in model_data(spec, table).items() if k in compiled.shared_data}
+                idata = run_nutpie(compiled.with_data(**data), tune=WHOLE_TUNE if tune is None else tune, **kw)
+        in_parts += "sampled_in_parts" in idata.posterior.attrs
         post = idata.posterior
         div = int(idata.sample_stats["diverging"].sum())
         for var, idx, label in params:
@@ -159,6 +175,7 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
     summary = pd.DataFrame(rows)
     summary["divergent_reps"] = int((ranks.groupby("rep")["divergences"].first() > 0).sum())
     summary["rejected_prior_draws"] = rejected
+    summary["reps_sampled_in_parts"] = in_parts
     wall = time.perf_counter() - t_start
     out = Path(out) if out is not None else RESULTS
     out.mkdir(parents=True, exist_ok=True)
