@@ -32,7 +32,7 @@ from . import __version__
 from .cli import (OutputError, Parser, check_fit_dir, fail, nonnegative_int, plain_warnings, positive_int, replace_dir,
                   scratch_dir, write_fit_marker)
 from .datasets import DEFAULT_DATA, load_mayaki2026, load_sweep
-from .models import DEFAULT_MODEL, DRAWS, MODEL_NAMES, TUNE, WHOLE_DRAWS, WHOLE_TUNE
+from .models import DEFAULT_MODEL, DRAWS, MODEL_NAMES, TUNE, WHOLE_DRAWS
 from .schema import SchemaError, data_notes
 
 DEFAULT_OUT = "fits/default"
@@ -50,7 +50,7 @@ def _parser() -> Parser:
     p.add_argument("--chains", type=positive_int, default=4)
     p.add_argument("--draws", type=positive_int, help=f"draws per chain (default {DRAWS}; {WHOLE_DRAWS} when a run's "
                    "efficiency is unknown and the model is sampled whole)")
-    p.add_argument("--tune", type=nonnegative_int, help=f"tuning steps per chain (default {TUNE}; {WHOLE_TUNE} sampled whole)")
+    p.add_argument("--tune", type=nonnegative_int, default=TUNE, help="tuning steps per chain (default %(default)s)")
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--sampler", choices=["nutpie", "pymc", "numba"], default="nutpie")
     p.add_argument("--compare", action="store_true", help="also fit the other Bayesian model and write compare.csv (LOO)")

@@ -120,3 +120,30 @@ def test_a_fit_is_sampled_in_parts_and_compiled_in_parallel_once(monkeypatch, tm
 
     with pytest.raises(ValueError, match="efficiency is unknown"):
         refit(compiled, add_efficiency(_unmatched(df)), seed=3, draws=10, tune=10, chains=1)
+
+
+def test_a_part_that_diverged_is_sampled_again_at_a_higher_target_acceptance(monkeypatch):
+    from bayes_energy.models import parts, sample
+
+    calls = []
+
+    def fake_run(compiled, draws, tune, chains, seed, progress, eigval_cutoff, target_accept, laplace):
+        calls.append((compiled, target_accept))
+        idata = _fake_part([compiled], chains, draws, seed=len(calls))
+        # the curves' first run diverges at draw 0 of chain 0, nothing else does
+        idata.sample_stats["diverging"][:] = False
+        idata.sample_stats["diverging"][0, 0] = compiled == "curves" and len(calls) == 1
+        return idata
+
+    monkeypatch.setattr(sample, "run_nutpie", fake_run)
+    fake = {p: p for p in PARTS}
+    idata = parts.run_parts(fake, draws=4, tune=10, chains=2, seed=1)
+    first = parts.PART_SAMPLING["curves"]["target_accept"]
+    assert calls == [("curves", first), ("curves", parts.RETRY_TARGET_ACCEPT),
+                     ("outcomes", parts.PART_SAMPLING["outcomes"]["target_accept"])]
+    assert int(idata.sample_stats["diverging"].sum()) == 0  # the second run's draws are kept
+    assert "curves (1 divergent draws, sampled again" in idata.posterior.attrs["sampled_in_parts"]
+    # a target acceptance the caller chose holds for both parts, divergences or not
+    calls.clear()
+    parts.run_parts(fake, draws=4, tune=10, chains=2, seed=1, target_accept=0.8)
+    assert calls == [("curves", 0.8), ("outcomes", 0.8)]

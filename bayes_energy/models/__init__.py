@@ -35,14 +35,17 @@ MODELS = {pooled.NAME: pooled.DEFAULT_CONFIG, hierarchical.NAME: hierarchical.DE
 #: Every model the CLI knows, the default last.
 MODEL_NAMES = ("ols", "pooled", "hierarchical")
 DEFAULT_MODEL = "hierarchical"
-#: Default draws and tuning steps per chain (4 chains) of a fit sampled in its two parts (models.parts: every run's
-#: efficiency measured, the usual case): on the reference table min ESS bulk 932-1073 over three seeds, R-hat 1.01, no
-#: divergence; at 150 tuning steps the ESS fell to 675-998 in the same time (docs/speed.md, section 20).
-DRAWS, TUNE = 800, 200
-#: The same for a fit sampled whole (a run's efficiency unknown): with nutpie and models.sample.nuts_settings,
+#: Tuning steps per chain (4 chains) of a fit. 400: sampled whole, the smallest that passed the diagnostics on every
+#: seed tried (docs/speed.md, section 5); in parts, SBC's ranks were not uniform after 200 (three parameters of energy
+#: and time below the Bonferroni line, p = 0.0001-0.001) and were after 400 (docs/speed.md, section 20).
+TUNE = 400
+#: Draws per chain of a fit sampled in its two parts (models.parts: every run's efficiency measured, the usual case):
+#: on the reference table min ESS bulk 838-1083 over three seeds after 200 tuning steps, R-hat 1.01, no divergence.
+DRAWS = 800
+#: Draws per chain of a fit sampled whole (a run's efficiency unknown): with nutpie and models.sample.nuts_settings,
 #: the smallest tested that pass the diagnostics (R-hat <= 1.01, ESS_bulk >= 400; >= 879 on the reference
-#: table) on every seed tried (docs/speed.md, section 5). Tuning beyond 400 bought nothing but time.
-WHOLE_DRAWS, WHOLE_TUNE = 1500, 400
+#: table) on every seed tried (docs/speed.md, section 5).
+WHOLE_DRAWS = 1500
 
 
 def default_config(name: str, user: dict | None = None) -> dict:
@@ -55,4 +58,4 @@ def default_config(name: str, user: dict | None = None) -> dict:
     return base | user | {"priors": priors}
 
 
-__all__ = ["MODELS", "MODEL_NAMES", "DEFAULT_MODEL", "DRAWS", "TUNE", "WHOLE_DRAWS", "WHOLE_TUNE", "default_config"]
+__all__ = ["MODELS", "MODEL_NAMES", "DEFAULT_MODEL", "DRAWS", "TUNE", "WHOLE_DRAWS", "default_config"]

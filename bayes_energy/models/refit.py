@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import arviz as az
 import pandas as pd
 
-from . import DRAWS, TUNE, WHOLE_DRAWS, WHOLE_TUNE, default_config
+from . import DRAWS, TUNE, WHOLE_DRAWS, default_config
 from .cache import compile_nutpie
 from .spec import ModelSpec, cell_labels, group_keys
 
@@ -141,7 +141,7 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
     seed : int, optional
     draws, tune : int, optional
         Per chain; by default :data:`~bayes_energy.models.DRAWS` and :data:`~bayes_energy.models.TUNE` for a model
-        compiled in parts, else :data:`~bayes_energy.models.WHOLE_DRAWS` and :data:`~bayes_energy.models.WHOLE_TUNE`.
+        compiled in parts, else :data:`~bayes_energy.models.WHOLE_DRAWS` and :data:`~bayes_energy.models.TUNE`.
     chains : int
     progress : bool
         Show nutpie's progress bar.
@@ -179,7 +179,7 @@ def refit(compiled: CompiledModel, df: pd.DataFrame, seed: int | None = None, dr
         raise ValueError("refit table: no rows")
     in_parts = isinstance(compiled.compiled, dict)  # compiled in parts (models.parts)
     draws = (DRAWS if in_parts else WHOLE_DRAWS) if draws is None else draws
-    tune = (TUNE if in_parts else WHOLE_TUNE) if tune is None else tune
+    tune = TUNE if tune is None else tune
     for name, v in (("draws", draws), ("tune", tune), ("chains", chains)):
         if int(v) < 1:
             raise ValueError(f"{name} must be at least 1, got {v}")

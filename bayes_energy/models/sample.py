@@ -20,7 +20,7 @@ import pymc as pm
 import xarray as xr
 
 from .. import __version__, threads
-from . import DRAWS, TUNE, WHOLE_DRAWS, WHOLE_TUNE, default_config
+from . import DRAWS, TUNE, WHOLE_DRAWS, default_config
 from .build import build_model, data_dims, model_data
 from .cache import compile_nutpie
 from .io import table_hash
@@ -155,7 +155,7 @@ def laplace_whitened(compiled, seed: int | None = None):
     return _started_near(compiled, mode) if W is None else precondition(compiled, mode, W)
 
 
-def run_nutpie(compiled, draws: int = WHOLE_DRAWS, tune: int = WHOLE_TUNE, chains: int = 4, seed: int | None = None,
+def run_nutpie(compiled, draws: int = WHOLE_DRAWS, tune: int = TUNE, chains: int = 4, seed: int | None = None,
                progress: bool = False, target_accept: float | None = None,
                eigval_cutoff: float | None = None, laplace: bool | None = None) -> az.InferenceData:
     """``nutpie.sample`` as every fit of the package runs it: chains from the mode (:func:`start_at_mode`),
@@ -177,7 +177,7 @@ def run_nutpie(compiled, draws: int = WHOLE_DRAWS, tune: int = WHOLE_TUNE, chain
     return idata
 
 
-def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = WHOLE_DRAWS, tune: int = WHOLE_TUNE,
+def sample_model(model: pm.Model, sampler: str = "nutpie", draws: int = WHOLE_DRAWS, tune: int = TUNE,
                  chains: int = 4, seed: int | None = None, progress: bool = True,
                  compiled=None, target_accept: float = TARGET_ACCEPT) -> az.InferenceData:
     """Draw from the posterior of a built model.
@@ -273,7 +273,7 @@ def fit(df: pd.DataFrame, model: str = "hierarchical", config: dict | None = Non
     draws, tune : int, optional
         Per chain; by default :data:`~bayes_energy.models.DRAWS`, :data:`~bayes_energy.models.TUNE` when the
         posterior is sampled in its two parts (nutpie, every run's efficiency measured: :mod:`bayes_energy.models.parts`),
-        else :data:`~bayes_energy.models.WHOLE_DRAWS`, :data:`~bayes_energy.models.WHOLE_TUNE`.
+        else :data:`~bayes_energy.models.WHOLE_DRAWS`, :data:`~bayes_energy.models.TUNE`.
     predictive : bool, default True
         Also compute the pointwise log-likelihood and posterior predictive.
     target_accept : float, optional
@@ -299,7 +299,7 @@ def fit(df: pd.DataFrame, model: str = "hierarchical", config: dict | None = Non
                           target_accept=target_accept)
     else:
         idata = sample_model(build_model(spec, df), sampler=sampler, draws=WHOLE_DRAWS if draws is None else draws,
-                             tune=WHOLE_TUNE if tune is None else tune, chains=chains, seed=seed, progress=progress,
+                             tune=TUNE if tune is None else tune, chains=chains, seed=seed, progress=progress,
                              target_accept=TARGET_ACCEPT if target_accept is None else target_accept)
     if predictive:
         add_predictive(idata, spec, df, seed=seed)
