@@ -15,7 +15,7 @@ histograms with the 99 % band of a uniform histogram).
 
 Command::
 
-    .venv/bin/python benchmarks/sbc.py --reps 100        # ~5 min on 2 cores (tune 400, as the package)
+    .venv/bin/python benchmarks/sbc.py --reps 100        # ~7 min on 2 cores (tune 400, as the package)
     .venv/bin/python benchmarks/sbc.py --quick           # 5 replications (CI smoke)
 """
 
@@ -79,14 +79,15 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
 
     Each replication is sampled as a fit is: in its two parts when every simulated run's efficiency is measured
     (``bayes_energy.models.parts``; ``draws`` then count after the curves' thinning), else whole. ``tune``
-    defaults to the package's own tuning length for the way it is sampled (``bayes_energy.models.TUNE``, or
-    ``WHOLE_TUNE``: sampled whole, at 200 a funnel that 400 shows stayed hidden, docs/speed.md section 8). ``target_accept`` overrides the package's NUTS target acceptance (``nuts_settings``),
+    defaults to the package's own tuning length (``bayes_energy.models.TUNE``): sampled whole, at 200 a funnel that
+    400 shows stayed hidden (docs/speed.md section 8); in parts, after 200 the ranks of three parameters were not
+    uniform (section 20). ``target_accept`` overrides the package's NUTS target acceptance (``nuts_settings``),
     ``eigval_cutoff`` nutpie's low-rank eigenvalue cutoff (``EIGVAL_CUTOFF``), ``laplace`` whether chains sample
     coordinates whitened at the mode (``LAPLACE``).
     """
     from scipy.stats import chisquare
 
-    from bayes_energy.models import TUNE, WHOLE_TUNE
+    from bayes_energy.models import TUNE
     from bayes_energy.models.build import build_model, model_data
     from bayes_energy.models.cache import compile_nutpie
     from bayes_energy.models.io import sample_array
@@ -101,6 +102,7 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
         simulate_from_params,
     )
 
+    tune = TUNE if tune is None else tune
     t_start = time.perf_counter()
     design = sbc_design(n_configs, seed)
     spec = design_spec(design, model)
@@ -144,11 +146,11 @@ def run(reps: int = 100, draws: int = 200, tune: int | None = None, chains: int 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if factorises(spec, table):
-                idata = run_parts(parts_with_data(parts, spec, table), tune=TUNE if tune is None else tune, **kw)
+                idata = run_parts(parts_with_data(parts, spec, table), tune=tune, **kw)
             else:
                 compiled = compiled_whole()
                 data = {k: v for k, v in model_data(spec, table).items() if k in compiled.shared_data}
-                idata = run_nutpie(compiled.with_data(**data), tune=WHOLE_TUNE if tune is None else tune, **kw)
+                idata = run_nutpie(compiled.with_data(**data), tune=tune, **kw)
         in_parts += "sampled_in_parts" in idata.posterior.attrs
         post = idata.posterior
         div = int(idata.sample_stats["diverging"].sum())

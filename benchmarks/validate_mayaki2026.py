@@ -303,6 +303,19 @@ class BayesRunner:
         return refit(self.compiled, train, seed=seed, **self.sampling)
 
 
+def _parts_note(target_accept, laplace) -> str:
+    """How a fit in parts overrides the settings above (``bayes_energy.models.parts.PART_SAMPLING``), for the header."""
+    from bayes_energy.models.parts import PART_SAMPLING
+
+    def one(part, how):
+        ta = target_accept if target_accept is not None else how["target_accept"]
+        lap = how["laplace"] if laplace is None else laplace
+        return (f"{part}: {how['thin']} x the draws, 1 in {how['thin']} kept, " if how["thin"] > 1 else f"{part}: ") + (
+            (f"target acceptance {ta:g}, " if ta is not None else "") + ("whitened at the mode" if lap else "not whitened"))
+
+    return "in parts (" + "; ".join(one(p, h) for p, h in PART_SAMPLING.items()) + ")"
+
+
 def fit_diagnostics(idata) -> dict:
     """Divergences, max R-hat and the number of chains stuck in a minor mode (``diagnostics.minor_mode_chains``)."""
     from bayes_energy.models.diagnostics import max_rhat, minor_mode_chains
@@ -495,7 +508,8 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
     conf = (f"seed {seed}; {summary['n_splits'].max()} splits per setting; Bayesian fits: {chains} chains x "
             f"{tune} tune + {draws} draws (nutpie, target acceptance {nuts['target_accept']:g}, low-rank mass matrix, "
             f"eigenvalue cutoff {nuts['mass_matrix_eigval_cutoff']:g}, window {nuts['mass_matrix_switch_freq']}"
-            + ("; whitened at the mode (Laplace)" if laplace else "") + f"); wall time {wall:.0f} s on "
+            + ("; whitened at the mode (Laplace)" if laplace else "") + "; " + _parts_note(target_accept, laplace)
+            + f"); wall time {wall:.0f} s on "
             f"{_cpus()} CPU(s)" + (" over more than one process (resumed)" if t_before else ""))
     (out / f"{stem}.md").write_text(
         f"# Mayaki (2026) grouped cross-validation, {conf}\n\n"
