@@ -233,7 +233,7 @@ def build_model(spec: ModelSpec, df: pd.DataFrame, part: str | None = None) -> p
         if time_coordinates not in ("marginal", "given_energy"):
             raise ValueError(f"config time_coordinates must be 'marginal' or 'given_energy', got {time_coordinates!r}")
         sheared = time_coordinates == "given_energy"
-        lam = pm.Normal("T_on_E_resid", 0.0, pri["time_on_energy_sigma"]) if sheared else None
+        lam = pm.Normal("T_on_E_resid", 0.0, pri["time_on_energy_sigma"]) if sheared and part != "curves" else None
         raw: dict = {}  # the energy block's free variables, which the time block's are sheared by
 
         def shear(b, key):
