@@ -46,7 +46,8 @@ import xarray as xr
 from .build import PARTS, build_model, model_data
 from .spec import ModelSpec
 
-__all__ = ["PART_SAMPLING", "RETRY_TARGET_ACCEPT", "compile_parts", "factorises", "merge_parts", "run_parts"]
+__all__ = ["PART_SAMPLING", "RETRY_TARGET_ACCEPT", "compile_parts", "factorises", "merge_parts", "run_parts",
+           "with_data"]
 
 #: How each part is sampled (docs/speed.md section 20), given a fit's draws and tuning steps per chain:
 #:
@@ -62,15 +63,15 @@ __all__ = ["PART_SAMPLING", "RETRY_TARGET_ACCEPT", "compile_parts", "factorises"
 #:   curves diverged in the tail of that ridge: 62 divergent draws over the harness at 0.9. On three GPT split fits
 #:   of each model: 17 divergent draws at 0.9, 1 at 0.93 or 0.95, 0 at 0.98; the reference fit's curves took 9.2-9.8 s
 #:   at 0.93, 12.4-13.6 s at 0.95 (a deeper tree) and 7.9-8.7 s at 0.9.
-#: A part whose draws diverged is sampled once more at this target acceptance (unless the caller fixed one): NUTS's
-#: usual remedy, cheap here because a part is small. In the harness the curves part diverged in 10 of 123 split fits
-#: at 0.93 (117 divergent draws, 98 in one fit whose chains then disagreed, R-hat 2.14), where the whole model,
-#: whose step size the whole posterior set, had 2 divergent draws (docs/speed.md section 20).
-RETRY_TARGET_ACCEPT = 0.98
 PART_SAMPLING = {
     "curves": {"thin": 3, "laplace": False, "target_accept": 0.93},
     "outcomes": {"thin": 1, "laplace": True, "target_accept": None},
 }
+#: A part whose draws diverged is sampled once more at this target acceptance (unless the caller fixed one): NUTS's
+#: usual remedy, cheap here because a part is small. In the harness, with the curves at 0.93, 7 of 123 split fits had
+#: divergent draws (117; 98 in one fit's curves part, whose chains then disagreed, R-hat 2.14), where the whole model,
+#: whose step size the whole posterior set, had 2; with the retry, 1 fit (7 draws) (docs/speed.md section 20).
+RETRY_TARGET_ACCEPT = 0.98
 
 
 def factorises(spec: ModelSpec, df: pd.DataFrame) -> bool:
@@ -121,11 +122,10 @@ def compile_parts(spec: ModelSpec, df: pd.DataFrame) -> dict:
     if listing is not None and not known and sys.platform == "linux":
         child = mp.get_context("fork").Process(target=_compile_into_cache, args=(spec, df, PARTS[0]), daemon=True)
         child.start()
-    out = {part: _compile(spec, df, part) for part in PARTS[::-1]} if child is None else {}
+    out = {PARTS[1]: _compile(spec, df, PARTS[1])}
     if child is not None:
-        out[PARTS[1]] = _compile(spec, df, PARTS[1])
         child.join()
-        out[PARTS[0]] = _compile(spec, df, PARTS[0])  # from the cache the child filled (or compiled here if it failed)
+    out[PARTS[0]] = _compile(spec, df, PARTS[0])  # from the cache the child filled (or compiled here if it failed)
     if listing is not None and not known:
         listing.parent.mkdir(parents=True, exist_ok=True)
         with open(listing, "a") as fh:
