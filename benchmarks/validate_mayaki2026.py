@@ -70,7 +70,7 @@ from _tables import RESULTS, markdown  # noqa: E402
 
 from bayes_energy.datasets import load_mayaki2026  # noqa: E402
 from bayes_energy.models.ols import fit_ols  # noqa: E402
-from bayes_energy.models.sample import LAPLACE, nuts_settings  # noqa: E402
+from bayes_energy.models.sample import nuts_settings  # noqa: E402
 from bayes_energy.models.spec import design_frame  # noqa: E402
 
 SETTINGS = ("bert", "gpt", "pooled")
@@ -305,7 +305,7 @@ class BayesRunner:
 
 def _parts_note(target_accept, laplace) -> str:
     """How a fit in parts overrides the settings above (``bayes_energy.models.parts.PART_SAMPLING``), for the header."""
-    from bayes_energy.models.parts import PART_SAMPLING
+    from bayes_energy.models.parts import PART_SAMPLING, RETRY_TARGET_ACCEPT
 
     def one(part, how):
         ta = target_accept if target_accept is not None else how["target_accept"]
@@ -313,7 +313,8 @@ def _parts_note(target_accept, laplace) -> str:
         return (f"{part}: {how['thin']} x the draws, 1 in {how['thin']} kept, " if how["thin"] > 1 else f"{part}: ") + (
             (f"target acceptance {ta:g}, " if ta is not None else "") + ("whitened at the mode" if lap else "not whitened"))
 
-    return "in parts (" + "; ".join(one(p, h) for p, h in PART_SAMPLING.items()) + ")"
+    retry = f"; a part that diverged sampled again at {RETRY_TARGET_ACCEPT:g}" if target_accept is None else ""
+    return "in parts (" + "; ".join(one(p, h) for p, h in PART_SAMPLING.items()) + retry + ")"
 
 
 def fit_diagnostics(idata) -> dict:
@@ -441,7 +442,9 @@ def run(seed: int = 2026, n_splits: int = 20, quick: bool = False, draws: int = 
     stem = (f"mayaki2026_seed{seed}" + ("_inner" if inner else "") + ("_quick" if quick else "")
             + (f"_{tag}" if tag else ""))
     nuts = nuts_settings(target_accept=target_accept, eigval_cutoff=eigval_cutoff)
-    laplace = LAPLACE if laplace is None else bool(laplace)
+    # None: each fit's own default (energy and time's part whitened, the curves and a model sampled whole not);
+    # resolving it here to the whole model's LAPLACE left energy and time unwhitened in every split fit in parts
+    laplace = None if laplace is None else bool(laplace)
     args = {"seed": seed, "n_splits": n_splits, "quick": quick, "draws": draws, "tune": tune, "chains": chains,
             "models": list(models), "settings": list(settings), "data": str(data) if data else None, "inner": inner,
             "eigval_cutoff": nuts["mass_matrix_eigval_cutoff"], "window": nuts["mass_matrix_switch_freq"], "laplace": laplace,
@@ -638,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target-accept", type=float, default=None,
                    help="NUTS target acceptance (default bayes_energy.models.sample.TARGET_ACCEPT)")
     p.add_argument("--laplace", action=argparse.BooleanOptionalAction, default=None,
-                   help="sample on coordinates whitened at the mode (default bayes_energy.models.sample.LAPLACE)")
+                   help="sample on coordinates whitened at the mode (default: each fit's own, bayes_energy.models.parts.PART_SAMPLING in parts, bayes_energy.models.sample.LAPLACE whole)")
     p.add_argument("--models", default=",".join(tuple(POINT_MODELS) + BAYES_MODELS))
     p.add_argument("--settings", default=",".join(SETTINGS + EXTRA_SETTINGS))
     p.add_argument("--out", default=None, help="output folder (default benchmarks/results)")
