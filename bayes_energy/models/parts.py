@@ -153,17 +153,14 @@ def run_parts(compiled: dict, draws: int, tune: int, chains: int, seed: int | No
     for part, part_seed in zip(PARTS, seeds):
         how = PART_SAMPLING[part]
         t0 = time.perf_counter()
-
-        def sample(accept, part=part, how=how, part_seed=part_seed):
-            return run_nutpie(compiled[part], draws=int(draws) * how["thin"], tune=tune, chains=chains, seed=part_seed,
-                              progress=progress, eigval_cutoff=eigval_cutoff, target_accept=accept,
-                              laplace=how["laplace"] if laplace is None else laplace)
-
-        out[part] = sample(how["target_accept"] if target_accept is None else target_accept)
+        kw = {"draws": int(draws) * how["thin"], "tune": tune, "chains": chains, "seed": part_seed, "progress": progress,
+              "eigval_cutoff": eigval_cutoff, "laplace": how["laplace"] if laplace is None else laplace}
+        out[part] = run_nutpie(compiled[part], target_accept=how["target_accept"] if target_accept is None else target_accept,
+                               **kw)
         note = f"{part} ("
         divergent = int(out[part].sample_stats["diverging"].sum())
         if divergent and target_accept is None:
-            out[part] = sample(RETRY_TARGET_ACCEPT)
+            out[part] = run_nutpie(compiled[part], target_accept=RETRY_TARGET_ACCEPT, **kw)
             note += f"{divergent} divergent draws, sampled again at target acceptance {RETRY_TARGET_ACCEPT:g}; "
         notes.append(note + f"{time.perf_counter() - t0:.1f} s)")
     idata = merge_parts(out, {p: PART_SAMPLING[p]["thin"] for p in PARTS})
@@ -172,19 +169,21 @@ def run_parts(compiled: dict, draws: int, tune: int, chains: int, seed: int | No
 
 
 def _thinned(ds: xr.Dataset, thin: int, stats: bool) -> xr.Dataset:
-    """Every ``thin``-th draw; for sampler statistics, a draw's leapfrog steps and divergences count those of the
-    draws thinned away after it (the work and the trouble they stand for)."""
+    """Every ``thin``-th draw (the last of each block of ``thin``); for sampler statistics, a kept draw's leapfrog
+    steps and divergences count those of the draws thinned away before it (the work and the trouble they stand for)."""
     if thin == 1:
         return ds
     n = ds.sizes["draw"] // thin
-    kept = ds.isel(draw=slice(thin - 1, n * thin, thin))
+    kept = ds.isel(draw=slice(thin - 1, n * thin, thin)).assign_coords(draw=np.arange(n))
     if stats:
-        blocks = ds.isel(draw=slice(0, n * thin)).coarsen(draw=thin)
+        def blocks(v):
+            return ds[v].values[:, : n * thin].reshape(ds.sizes["chain"], n, thin, *ds[v].shape[2:])
+
         if "n_steps" in ds:
-            kept["n_steps"] = blocks.sum()["n_steps"].astype(ds["n_steps"].dtype).assign_coords(draw=kept["draw"])
+            kept["n_steps"] = (kept["n_steps"].dims, blocks("n_steps").sum(axis=2).astype(ds["n_steps"].dtype))
         if "diverging" in ds:
-            kept["diverging"] = blocks.max()["diverging"].astype(bool).assign_coords(draw=kept["draw"])
-    return kept.assign_coords(draw=np.arange(n))
+            kept["diverging"] = (kept["diverging"].dims, blocks("diverging").any(axis=2))
+    return kept
 
 
 def merge_parts(parts: dict[str, az.InferenceData], thin: dict[str, int] | None = None) -> az.InferenceData:
