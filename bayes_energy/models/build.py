@@ -297,7 +297,9 @@ def build_model(spec: ModelSpec, df: pd.DataFrame, part: str | None = None) -> p
 
 def _curves(spec: ModelSpec, P: dict, A: dict, part: str | None = None):
     """The speedup curves and their likelihood ``log_eta``; adds the curve parameters to ``P`` and returns the ln
-    efficiency each run's energy and time use (measured where known, else the curves')."""
+    efficiency each run's energy and time use (measured where known, else the curves'); None for the curves part,
+    which evaluates the curves on the runs that inform them only (its gradient 135 us -> 64-70 us on the reference
+    table, docs/speed.md section 21)."""
     cfg, pri, coords = spec.config, spec.config["priors"], spec.coords
     partial, ncell = cfg["pooling"] == "partial", len(coords["cell"])
     parents = (*spec.cell_parents(), tuple(pri["cell_shares"])) if partial and cfg.get("crossed") else None
@@ -325,8 +327,7 @@ def _curves(spec: ModelSpec, P: dict, A: dict, part: str | None = None):
             P["curve_beta"] = pm.Deterministic("curve_beta", full, dims=("curve_coef", "curve_param"))
     eta_sigma = _noise_scale("eta_sigma", pri["eta_sigma"], pri, "strategy_multi")
     rows = A["curve_rows"]
-    if part == "curves":
-        # nothing else uses the curves' efficiency: evaluate them on the rows that inform them only
+    if part == "curves":  # nothing else uses the curves' efficiency
         on_rows = {**A, **{k: A[k][rows] for k in ("n_gpus", "curve", "Z", "cell_onehot", "cell_idx")}}
         mu = log_eta_from_curves(P, on_rows, pt)
     else:

@@ -167,8 +167,9 @@ def log_eta(n, curve, theta, m):
                 args = [theta[..., rows, j] for j in range(sl.start, sl.stop)]
                 out[..., rows] = c.fn(n[rows], *args, np)
         return out
-    # each curve on its own rows only (every curve on every row, then picking, took twice the time: the curves
-    # part's gradient 60 us against 92 on the reference table's measured runs)
+    # in the graph theta is (run, curve_param). Each curve on its own rows only: every curve on every row, then
+    # picking with where, made the curves part's gradient 92 us against 64-70 on the reference table (docs/speed.md
+    # section 21)
     out = m.zeros_like(n, dtype=theta.dtype)
     for code, c, sl in param_slices():
         rows = m.flatnonzero(m.eq(curve, code))
