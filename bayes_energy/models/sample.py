@@ -292,14 +292,14 @@ def fit(df: pd.DataFrame, model: str = "hierarchical", config: dict | None = Non
     from .parts import compile_parts, factorises, run_parts
 
     spec = ModelSpec.from_table(df, model, default_config(model, config), levels=levels)
+    tune = TUNE if tune is None else tune
     if sampler == "nutpie" and factorises(spec, df):
         # every efficiency measured: the curves and the outcomes are independent parts (models.parts)
-        idata = run_parts(compile_parts(spec, df), draws=DRAWS if draws is None else draws,
-                          tune=TUNE if tune is None else tune, chains=chains, seed=seed, progress=progress,
-                          target_accept=target_accept)
+        idata = run_parts(compile_parts(spec, df), draws=DRAWS if draws is None else draws, tune=tune, chains=chains,
+                          seed=seed, progress=progress, target_accept=target_accept)
     else:
         idata = sample_model(build_model(spec, df), sampler=sampler, draws=WHOLE_DRAWS if draws is None else draws,
-                             tune=TUNE if tune is None else tune, chains=chains, seed=seed, progress=progress,
+                             tune=tune, chains=chains, seed=seed, progress=progress,
                              target_accept=TARGET_ACCEPT if target_accept is None else target_accept)
     if predictive:
         add_predictive(idata, spec, df, seed=seed)
